@@ -1,0 +1,259 @@
+"""The streaming forward: a Llama decoder over pinned sinks + a per-stream ring cache.
+
+This does not use HF's forward or cache classes. It reads the HF module's
+weights and runs its own forward, so that each stream's memory is a fixed ring
+of L slots per layer (StreamingLLM) and many streams run in one batch:
+
+    tokens [B, T] -> embed -> L x (attention over sinks + ring + chunk, MLP)
+                  -> log-probs [B, T, V] -> NLL of each next token
+
+Cache layout (per layer, keys before RoPE; see kernels/reference.py):
+    sink_k, sink_v  [Hkv, S, D]      the pattern prompt, shared by all streams
+    ring_k, ring_v  [N, Hkv, L, D]   one slot per stream, N = max_streams
+
+Memory per stream is layers x 2 x L x Hkv x D x bytes, whatever the stream's
+length. Streams beyond `max_streams` evict the least recently used one; an
+evicted stream that returns is rebuilt from its last L tokens.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from logstream.kernels.dispatch import ring_write, sink_ring_attention
+from logstream.kernels.reference import apply_rope, rope_tables
+
+
+@dataclass
+class StreamState:
+    slot: int
+    head: int = 0  # next ring slot to write
+    fill: int = 0  # valid ring entries
+    last_logprobs: torch.Tensor | None = None  # [V] prediction for the stream's next token
+    recent: deque[int] = field(default_factory=deque)  # last L token ids, to rebuild after eviction
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+class StreamingEngine:
+    """Batched per-stream scoring with a constant-size cache per stream.
+
+    `score` takes token ids per line for any number of streams and returns
+    the surprisal (NLL, nats) of every token given the sinks and the stream's
+    window. `chunk_tokens` bounds the tokens per stream per forward step.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        sink_ids: list[int],
+        window: int = 2048,
+        max_streams: int = 64,
+        chunk_tokens: int = 256,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        config = model.config
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = dtype
+        self.model = model.to(self.device, dtype).eval()
+        self.decoder = model.model
+        self.layers = list(self.decoder.layers)
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.eps = config.rms_norm_eps
+        self.window = window
+        self.max_streams = max_streams
+        self.chunk_tokens = min(chunk_tokens, window)
+        self.vocab_size = config.vocab_size
+
+        rotary = self.decoder.rotary_emb
+        n_pos = len(sink_ids) + 2 * window  # window keys use offsets up to 2L (reference.py)
+        self.cos, self.sin = rope_tables(
+            rotary.inv_freq.to(self.device), n_pos, float(getattr(rotary, "attention_scaling", 1.0))
+        )
+
+        shape = (len(self.layers), max_streams, self.n_kv_heads, window, self.head_dim)
+        self.ring_k = torch.zeros(shape, device=self.device, dtype=dtype)  # [layers, N, Hkv, L, D]
+        self.ring_v = torch.zeros(shape, device=self.device, dtype=dtype)
+        self.sink_k, self.sink_v, self.initial_logprobs = self._prefill_sinks(sink_ids)
+        self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
+        self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
+        self.free_slots = list(range(max_streams - 1, -1, -1))
+
+    # -- memory -----------------------------------------------------------------------------
+
+    @property
+    def bytes_per_stream(self) -> int:
+        """layers x 2 x L x kv_heads x head_dim x dtype size."""
+        return 2 * self.ring_k[:, 0].numel() * self.ring_k.element_size()
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes held by the caches of live streams."""
+        return len(self.streams) * self.bytes_per_stream
+
+    # -- the model, one layer at a time --------------------------------------------------------
+
+    def _qkv(self, layer: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [B, T, C] -> q [B, H, T, D], k and v [B, Hkv, T, D], all before RoPE."""
+        B, T, _ = x.shape
+        h = rms_norm(x, layer.input_layernorm.weight, self.eps)
+        attn = layer.self_attn
+        q = attn.q_proj(h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = attn.v_proj(h).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def _finish_layer(self, layer: torch.nn.Module, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """Residual adds around o_proj and the SwiGLU MLP. attn_out [B, H, T, D] -> x [B, T, C]."""
+        B, _, T, _ = attn_out.shape
+        x = x + layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(B, T, -1))
+        h = rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
+        mlp = layer.mlp
+        return x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+
+    def _logprobs(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, T, C] -> log-probabilities [B, T, V] in fp32."""
+        h = rms_norm(x, self.decoder.norm.weight, self.eps)
+        return F.log_softmax(self.model.lm_head(h).float(), dim=-1)
+
+    @torch.no_grad()
+    def _prefill_sinks(self, sink_ids: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """Plain causal forward over the pattern prompt at positions 0..S-1; keep K/V per layer."""
+        S = len(sink_ids)
+        empty = torch.zeros(self.n_kv_heads, 0, self.head_dim, device=self.device, dtype=self.dtype)
+        if S == 0:  # no sinks: the first token is predicted by a uniform distribution
+            uniform = torch.full((self.vocab_size,), -float(np.log(self.vocab_size)), device=self.device)
+            return [empty] * len(self.layers), [empty] * len(self.layers), uniform
+        x = self.decoder.embed_tokens(torch.tensor([sink_ids], device=self.device))  # [1, S, C]
+        cos, sin = self.cos[:S], self.sin[:S]
+        sink_k, sink_v = [], []
+        for layer in self.layers:
+            q, k, v = self._qkv(layer, x)
+            sink_k.append(k[0].contiguous())  # [Hkv, S, D]
+            sink_v.append(v[0].contiguous())
+            out = F.scaled_dot_product_attention(
+                apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, is_causal=True, enable_gqa=True
+            )  # [1, H, S, D]
+            x = self._finish_layer(layer, x, out)
+        return sink_k, sink_v, self._logprobs(x)[0, -1]
+
+    @torch.no_grad()
+    def _step(self, states: list[StreamState], chunks: list[list[int]]) -> torch.Tensor:
+        """One forward over a ragged batch of chunks; returns token NLL [B, T] (padding = 0)."""
+        B, T = len(chunks), max(len(c) for c in chunks)
+        tokens = torch.zeros(B, T, dtype=torch.long)
+        for b, chunk in enumerate(chunks):
+            tokens[b, : len(chunk)] = torch.tensor(chunk)
+        tokens = tokens.to(self.device)
+        chunk_len = torch.tensor([len(c) for c in chunks], device=self.device)
+        slots = torch.tensor([s.slot for s in states], device=self.device)
+        head = torch.tensor([s.head for s in states], device=self.device)
+        fill = torch.tensor([s.fill for s in states], device=self.device)
+
+        x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x)
+            out, _ = sink_ring_attention(
+                q, k, v, self.sink_k[i], self.sink_v[i], self.ring_k[i], self.ring_v[i],
+                slots, head, fill, self.cos, self.sin,
+            )  # fmt: skip
+            ring_write(self.ring_k[i], self.ring_v[i], slots, head, k, v, chunk_len)
+            x = self._finish_layer(layer, x, out)
+        logprobs = self._logprobs(x)  # [B, T, V]
+
+        # Token j is predicted by position j - 1; the first by the stream's previous step.
+        previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
+        predictors = torch.cat([previous[:, None], logprobs[:, :-1]], dim=1)  # [B, T, V]
+        nll = -predictors.gather(-1, tokens[..., None])[..., 0]  # [B, T]
+        for b, state in enumerate(states):
+            n = len(chunks[b])
+            state.last_logprobs = logprobs[b, n - 1]
+            state.head = (state.head + n) % self.window
+            state.fill = min(state.fill + n, self.window)
+            state.recent.extend(chunks[b])
+        return nll.masked_fill(torch.arange(T, device=self.device)[None] >= chunk_len[:, None], 0.0)
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def _acquire(self, stream: str, keep: set[str]) -> tuple[StreamState, list[int]]:
+        """The stream's state (LRU-touched) and tokens to replay unscored if it was evicted."""
+        if stream in self.streams:
+            self.streams.move_to_end(stream)
+            return self.streams[stream], []
+        if not self.free_slots:
+            self._evict_lru(keep)
+        state = StreamState(
+            slot=self.free_slots.pop(),
+            last_logprobs=self.initial_logprobs,
+            recent=deque(maxlen=self.window),
+        )
+        self.streams[stream] = state
+        return state, list(self.evicted.pop(stream, ()))
+
+    def _evict_lru(self, keep: set[str]) -> None:
+        """Free the least recently used stream's slot, remembering its recent tokens."""
+        victim = next(s for s in self.streams if s not in keep)
+        state = self.streams.pop(victim)
+        self.free_slots.append(state.slot)
+        self.evicted[victim] = state.recent
+        while len(self.evicted) > 16 * self.max_streams:  # bounded: forget the oldest
+            self.evicted.popitem(last=False)
+
+    def drop(self, stream: str) -> None:
+        """Forget a stream (it closed): free its slot and its history."""
+        self.evicted.pop(stream, None)
+        state = self.streams.pop(stream, None)
+        if state is not None:
+            self.free_slots.append(state.slot)
+
+    def end_nll(self, stream: str, token_id: int) -> float:
+        """Surprisal of `token_id` (end of stream) as the stream's next token."""
+        state = self.streams.get(stream)
+        logprobs = state.last_logprobs if state is not None else self.initial_logprobs
+        return float(-logprobs[token_id])
+
+    def score(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
+        """Token NLLs for each line of each stream, in order; lines keep their stream's context."""
+        results: dict[str, list[np.ndarray]] = {}
+        names = list(lines_by_stream)
+        for start in range(0, len(names), self.max_streams):
+            group = names[start : start + self.max_streams]
+            results.update(self._score_group({s: lines_by_stream[s] for s in group}))
+        return results
+
+    def _score_group(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
+        results: dict[str, list[np.ndarray]] = {s: [] for s, lines in lines_by_stream.items() if not lines}
+        lines_by_stream = {s: lines for s, lines in lines_by_stream.items() if lines}
+        keep = set(lines_by_stream)
+        pending: dict[str, list[int]] = {}
+        scored_from: dict[str, int] = {}  # tokens before this index are an unscored rebuild
+        states: dict[str, StreamState] = {}
+        for stream, lines in lines_by_stream.items():
+            states[stream], rebuild = self._acquire(stream, keep)
+            pending[stream] = rebuild + [t for line in lines for t in line]
+            scored_from[stream] = len(rebuild)
+        nll_parts: dict[str, list[torch.Tensor]] = {s: [] for s in pending}
+        offset = dict.fromkeys(pending, 0)
+        while active := [s for s in pending if offset[s] < len(pending[s])]:
+            chunks = [pending[s][offset[s] : offset[s] + self.chunk_tokens] for s in active]
+            nll = self._step([states[s] for s in active], chunks)
+            for b, s in enumerate(active):
+                nll_parts[s].append(nll[b, : len(chunks[b])])
+                offset[s] += len(chunks[b])
+        for stream, lines in lines_by_stream.items():
+            token_nll = torch.cat(nll_parts[stream])[scored_from[stream] :].cpu().numpy()
+            bounds = np.cumsum([0] + [len(line) for line in lines])
+            results[stream] = [token_nll[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return results

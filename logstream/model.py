@@ -1,0 +1,108 @@
+"""The model directory: an ordinary HF checkpoint plus `logstream.json`.
+
+Presets are transformers Llama configs. Loading is safe by construction:
+safetensors only, never `trust_remote_code`, and a directory that is missing,
+foreign or damaged is a `ModelDirError` with one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from logstream.tokenizer import LineTokenizer
+
+META_FILE = "logstream.json"
+META_VERSION = 1
+# Checkpoints with the Llama tensor layout that the engine's own forward can run.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True)
+class Preset:
+    hidden_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, vocab_size=512),
+    "small": Preset(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384, vocab_size=1024),
+    "base": Preset(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536, vocab_size=4096),
+}  # fmt: skip
+
+
+class ModelDirError(Exception):
+    """The model directory is missing, foreign or damaged."""
+
+
+def build_model(preset: str, tokenizer: LineTokenizer, max_positions: int) -> LlamaForCausalLM:
+    if preset not in PRESETS:
+        raise ValueError(f"preset: unknown {preset!r}; expected one of {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=p.hidden_size,
+        intermediate_size=p.intermediate_size,
+        num_hidden_layers=p.layers,
+        num_attention_heads=p.heads,
+        num_key_value_heads=p.kv_heads,
+        max_position_embeddings=max_positions,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.hf.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def save_model_dir(
+    directory: Path, model: LlamaForCausalLM, tokenizer: LineTokenizer, meta: dict[str, Any]
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save(directory)
+    (directory / META_FILE).write_text(json.dumps({"version": META_VERSION, **meta}, indent=2))
+
+
+def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenizer, dict[str, Any]]:
+    """(model in eval mode, tokenizer, meta) or a ModelDirError naming what is wrong."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ModelDirError(f"model directory {directory} does not exist (train one: logstream train)")
+    meta_path = directory / META_FILE
+    if not meta_path.is_file():
+        raise ModelDirError(f"{directory} is not a logstream model directory: no {META_FILE}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelDirError(f"{meta_path} is damaged: {exc}") from None
+    if not any(directory.glob("*.safetensors")):
+        raise ModelDirError(f"{directory} has no .safetensors weights (pickle files are never loaded)")
+    try:
+        config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelDirError(
+                f"{directory}: model_type {config.model_type!r} is not supported; "
+                f"expected one of {SUPPORTED_MODEL_TYPES}"
+            )
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, config=config, use_safetensors=True, trust_remote_code=False, dtype=torch.float32
+        )
+        tokenizer = LineTokenizer.load(directory)
+    except ModelDirError:
+        raise
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelDirError(f"{directory} could not be loaded: {first_line}") from None
+    model.eval()
+    return model, tokenizer, meta

@@ -1,0 +1,83 @@
+"""Variable masking: turn a raw log line into the text the model and the miner see.
+
+Masking removes values that are unique per line (timestamps, ids, addresses)
+so that the model learns the *shape* of normal lines, not their noise. Short
+integers (1-3 digits: status codes, small counts) are kept on purpose: `500`
+vs `200` is exactly the kind of parameter value an anomaly detector must see.
+Rules run in order; each replaces its matches with a placeholder like `<IP>`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+MAX_LINE_CHARS = 4096  # longer lines are cut (and counted by callers): one line, one budget
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    name: str
+    pattern: str
+    replacement: str
+
+
+DEFAULT_RULES: tuple[MaskRule, ...] = (
+    MaskRule(
+        "timestamp",
+        r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+        r"|\b\d{2}/\d{2}/\d{2,4}[ :]\d{2}:\d{2}:\d{2}"
+        r"|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+        r" +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"
+        r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:\d{2}:\d{2}"
+        r"|\b\d{2}:\d{2}:\d{2}(?:[.,:]\d+)?",
+        "<TS>",
+    ),
+    MaskRule(
+        "uuid", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+        "<UUID>",
+    ),
+    MaskRule("block_id", r"\bblk_-?\d+", "<BLK>"),
+    MaskRule("request_id", r"\breq-<UUID>|\breq-[0-9a-zA-Z-]{8,}", "<REQ>"),
+    MaskRule("ipv4", r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "<IP>"),
+    MaskRule("hex", r"\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b", "<HEX>"),
+    MaskRule("path", r"(?<![\w<])(?:/[\w.\-]+){2,}/?", "<PATH>"),
+    MaskRule("number", r"(?<![\w.])-?\d+\.\d+(?![\w.])|(?<![\w.])\d{4,}(?![\w.])", "<NUM>"),
+)
+
+LEVELS = {
+    "TRACE": "debug", "DEBUG": "debug", "INFO": "info", "NOTICE": "info",
+    "WARN": "warning", "WARNING": "warning", "ERROR": "error", "ERR": "error",
+    "SEVERE": "error", "CRITICAL": "critical", "CRIT": "critical", "FATAL": "critical",
+    "PANIC": "critical", "EMERG": "critical", "ALERT": "critical",
+}  # fmt: skip
+_LEVEL_RE = re.compile(r"\b(" + "|".join(LEVELS) + r")\b|\[(" + "|".join(LEVELS).lower() + r")\]")
+
+
+class Normalizer:
+    """Applies mask rules in order. Build once; `mask` is on the hot path."""
+
+    def __init__(self, rules: tuple[MaskRule, ...] | list[MaskRule] = DEFAULT_RULES) -> None:
+        self.rules = tuple(rules)
+        self._compiled = [(re.compile(r.pattern), r.replacement) for r in self.rules]
+
+    def mask(self, line: str) -> str:
+        line = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")
+        for regex, replacement in self._compiled:
+            line = regex.sub(replacement, line)
+        return line
+
+    def to_json(self) -> list[dict[str, str]]:
+        return [asdict(r) for r in self.rules]
+
+    @classmethod
+    def from_json(cls, rules: list[dict[str, str]]) -> Normalizer:
+        return cls([MaskRule(**r) for r in rules])
+
+
+def parse_level(line: str) -> str | None:
+    """The line's log level as debug|info|warning|error|critical, if it states one."""
+    match = _LEVEL_RE.search(line[:MAX_LINE_CHARS])
+    if match is None:
+        return None
+    return LEVELS[(match.group(1) or match.group(2)).upper()]

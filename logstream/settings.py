@@ -1,0 +1,231 @@
+"""The serve settings: one model, read from a YAML file and `LOGSTREAM_*` env.
+
+Precedence, highest first: environment (`LOGSTREAM_KAFKA__BOOTSTRAP_SERVERS=...`,
+nested keys joined by `__`), then the YAML file, then the defaults below. The
+Helm chart renders `configs/serve.yaml`-shaped YAML, so this model is also the
+chart's config contract: `logstream serve --config FILE --check` validates one.
+
+A wrong setting fails at start with `SettingsError`, one line per problem,
+each naming the field (`kafka.topics`) and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+_YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+class SettingsError(Exception):
+    """Invalid serve settings; the message names each field and the reason."""
+
+
+class _Section(BaseModel):
+    """A settings section: unknown keys are errors (a typo must not be ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSettings(_Section):
+    """The trained model directory that `logstream train` wrote."""
+
+    dir: Path
+    device: str = "cpu"
+    # Tokens kept in each stream's rolling window; None = the window it was trained with.
+    window: int | None = Field(default=None, gt=0)
+
+
+class KafkaSettings(_Section):
+    """The consumer group. Exactly one of `topics` and `topic_pattern` is set."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = None  # a regex over topic names, e.g. "logs\\..*"
+    group_id: str = Field(default="logstream", min_length=1)
+    client_id: str = "logstream"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    # Largest batch handed to the model at once.
+    max_poll_records: int = Field(default=256, gt=0)
+    fetch_timeout_ms: int = Field(default=500, gt=0)
+    session_timeout_ms: int = Field(default=30_000, gt=0)
+    heartbeat_interval_ms: int = Field(default=3_000, gt=0)
+    max_poll_interval_ms: int = Field(default=300_000, gt=0)
+    # Bad messages are copied here (value, key, and a `logstream-reject` header) if set.
+    dead_letter_topic: str | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None  # from env: LOGSTREAM_KAFKA__SASL_PASSWORD
+    ssl_cafile: Path | None = None
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_topic_source(self) -> KafkaSettings:
+        if bool(self.topics) == (self.topic_pattern is not None):
+            raise ValueError("set exactly one of kafka.topics and kafka.topic_pattern")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("kafka.heartbeat_interval_ms must be below session_timeout_ms")
+        if self.sasl_mechanism and not (self.sasl_username and self.sasl_password):
+            raise ValueError("kafka.sasl_mechanism needs sasl_username and sasl_password")
+        return self
+
+
+class InputSettings(_Section):
+    """How a message becomes a LogRecord: its format and its stream key.
+
+    `format: json` reads the line from `message_field` (a dotted path, e.g.
+    `log.message`), as Vector, Fluent Bit or Filebeat send records.
+    `stream_key` picks the stream: the Kafka message key, a JSON field
+    (`stream_field`), a regex capture on the line (`stream_regex`, group 1 or
+    the whole match), or none (every line in `default_stream`).
+    """
+
+    format: Literal["plain", "json"] = "plain"
+    message_field: str = Field(default="message", min_length=1)
+    stream_key: Literal["message_key", "json_field", "regex", "none"] = "message_key"
+    stream_field: str | None = None
+    stream_regex: str | None = None
+    default_stream: str = Field(default="default", min_length=1)
+    # Larger messages are rejected as "oversized" (counted, never scored).
+    max_message_bytes: int = Field(default=65_536, gt=0)
+
+    @field_validator("stream_regex")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value)
+        return value
+
+    @model_validator(mode="after")
+    def _key_source_is_configured(self) -> InputSettings:
+        if self.stream_key == "json_field" and (self.format != "json" or not self.stream_field):
+            raise ValueError("stream_key json_field needs format json and stream_field")
+        if self.stream_key == "regex" and not self.stream_regex:
+            raise ValueError("stream_key regex needs stream_regex")
+        return self
+
+
+class SinkSettings(_Section):
+    """Where anomalies are handed off; offsets are committed after `put` returns."""
+
+    kind: Literal["jsonl"] = "jsonl"
+    path: Path = Path("anomalies.jsonl")
+
+
+class HttpSettings(_Section):
+    """/healthz, /readyz and /metrics."""
+
+    host: str = "0.0.0.0"  # a pod must answer its kubelet's probes
+    port: Port = 8080
+
+
+class ServeSettings(BaseSettings):
+    """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOGSTREAM_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    model: ModelSettings
+    kafka: KafkaSettings
+    input: InputSettings = InputSettings()
+    sink: SinkSettings = SinkSettings()
+    http: HttpSettings = HttpSettings()
+    # Lines fetched but not yet committed; above it partitions are paused.
+    max_inflight_lines: int = Field(default=2_048, gt=0)
+    # SIGTERM/SIGINT: time to finish the batch, commit and leave the group.
+    shutdown_grace_seconds: float = Field(default=20.0, gt=0)
+    # A stream quiet this long is closed and gets its end-of-stream score; None = never.
+    stream_idle_seconds: float | None = Field(default=None, gt=0)
+    # One JSON line per scored line (source, offset, stream, score), fsynced before commit.
+    audit_log: Path | None = None
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = _YAML_FILE.get()
+        sources = [init_settings, env_settings]
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regex: {exc}") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "settings"
+        reason = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{field}: {reason}")
+    return "invalid settings: " + "; ".join(problems)
+
+
+def load_settings(path: Path | str | None = None) -> ServeSettings:
+    """Read YAML at `path` (if any) under `LOGSTREAM_*` env; raise SettingsError if wrong."""
+    yaml_file = None if path is None else Path(path)
+    if yaml_file is not None:
+        if not yaml_file.is_file():
+            raise SettingsError(f"config file not found: {yaml_file}")
+        try:
+            content = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"{yaml_file}: not valid YAML: {exc}".replace("\n", " ")) from None
+        if content is not None and not isinstance(content, dict):
+            raise SettingsError(f"{yaml_file}: the top level must be a mapping of sections")
+    token = _YAML_FILE.set(yaml_file)
+    try:
+        return ServeSettings()
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+    finally:
+        _YAML_FILE.reset(token)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of the serve config (for the Helm chart's values.schema.json)."""
+    return ServeSettings.model_json_schema()

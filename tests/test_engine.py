@@ -1,0 +1,144 @@
+"""The streaming engine equals HF's forward inside the window and the slow definition beyond it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from logstream.engine import StreamingEngine, rms_norm
+from logstream.kernels.reference import apply_rope, rope_tables
+
+VOCAB = 97
+
+
+def tiny_llama(kv_heads: int, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=512,
+        attn_implementation="eager",
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # random init is near-uniform; sharpen it so the test has teeth
+        for p in model.parameters():
+            p.mul_(4.0)
+    return model
+
+
+def hf_token_nll(model: LlamaForCausalLM, sink_ids: list[int], tokens: list[int]) -> torch.Tensor:
+    ids = torch.tensor([sink_ids + tokens])
+    with torch.no_grad():
+        logprobs = F.log_softmax(model(ids).logits[0].float(), dim=-1)  # [S+n, V]
+    S = len(sink_ids)
+    return -logprobs[S - 1 : S - 1 + len(tokens)].gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_engine_equals_hf_forward_inside_window(kv_heads: int) -> None:
+    """Shorter than the window, per-token NLLs and next-token logits match LlamaForCausalLM."""
+    model = tiny_llama(kv_heads)
+    sink_ids = [1, 5, 9, 13]
+    gen = torch.Generator().manual_seed(1)
+    streams = {f"s{i}": torch.randint(3, VOCAB, (n,), generator=gen).tolist() for i, n in enumerate([37, 5, 60])}
+    engine = StreamingEngine(model, sink_ids, window=128, max_streams=4, chunk_tokens=16, device="cpu")
+    # feed each stream as three lines of uneven length, in two calls, to cross chunk borders
+    for half in (slice(0, 20), slice(20, None)):
+        batch = {s: [toks[half][:7], toks[half][7:9], toks[half][9:]] for s, toks in streams.items()}
+        out = engine.score({s: [ln for ln in lines if ln] for s, lines in batch.items()})
+        for s, toks in streams.items():
+            got = torch.cat([torch.from_numpy(x) for x in out[s]]) if out[s] else torch.zeros(0)
+            start = 0 if half.start == 0 else 20
+            want = hf_token_nll(model, sink_ids, toks)[start : start + len(got)]
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for s, toks in streams.items():  # the full next-token distribution, i.e. the logits
+        ids = torch.tensor([sink_ids + toks])
+        with torch.no_grad():
+            want = F.log_softmax(model(ids).logits[0, -1].float(), dim=-1)
+        torch.testing.assert_close(engine.streams[s].last_logprobs, want, atol=1e-4, rtol=1e-4)
+
+
+def slow_sink_window_nll(model: LlamaForCausalLM, sink_ids: list[int], tokens: list[int], L: int) -> torch.Tensor:
+    """The definition, token by token: sinks at 0..S-1, the last L tokens at S.. by age.
+
+    Keeps every token's pre-RoPE K/V (no ring) and rotates at true cache-relative positions.
+    """
+    cfg = model.config
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    D = cfg.hidden_size // H
+    S = len(sink_ids)
+    cos, sin = rope_tables(model.model.rotary_emb.inv_freq, S + L)
+    history_k: list[list[torch.Tensor]] = [[] for _ in model.model.layers]  # per layer: [Hkv, D]
+    history_v: list[list[torch.Tensor]] = [[] for _ in model.model.layers]
+    nll = []
+    all_ids = sink_ids + tokens
+    for g, token in enumerate(all_ids):
+        x = model.model.embed_tokens(torch.tensor([token]))  # [1, C]
+        is_sink = g < S
+        for i, layer in enumerate(model.model.layers):
+            h = rms_norm(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+            q = layer.self_attn.q_proj(h).view(H, D)
+            history_k[i].append(layer.self_attn.k_proj(h).view(Hkv, D))
+            history_v[i].append(layer.self_attn.v_proj(h).view(Hkv, D))
+            if is_sink:
+                keys = list(range(g + 1))
+                positions = keys
+            else:
+                first = max(S, g - L + 1)
+                keys = list(range(S)) + list(range(first, g + 1))
+                positions = list(range(S)) + [S + j for j in range(g + 1 - first)]
+            k = torch.stack([history_k[i][j] for j in keys], dim=1)  # [Hkv, K, D]
+            v = torch.stack([history_v[i][j] for j in keys], dim=1)
+            k = apply_rope(k, cos[positions], sin[positions]).repeat_interleave(H // Hkv, 0)
+            v = v.repeat_interleave(H // Hkv, 0)
+            qr = apply_rope(q[:, None], cos[positions[-1]], sin[positions[-1]])  # [H, 1, D]
+            p = torch.softmax((qr @ k.transpose(1, 2)) * D**-0.5, dim=-1)  # [H, 1, K]
+            out = (p @ v).reshape(1, H * D)
+            x = x + layer.self_attn.o_proj(out)
+            h = rms_norm(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+            x = x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+        logprobs = F.log_softmax(model.lm_head(rms_norm(x, model.model.norm.weight, cfg.rms_norm_eps)), -1)
+        if g + 1 < len(all_ids) and g + 1 >= S:
+            nll.append(-logprobs[0, all_ids[g + 1]])
+    return torch.stack(nll)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_engine_equals_slow_definition_beyond_window(kv_heads: int) -> None:
+    """Past the window the ring wraps (chunks straddle the wrap) and still matches the definition."""
+    model = tiny_llama(kv_heads, seed=3)
+    sink_ids, L = [1, 7, 11], 13  # L not a power of two; chunk 5 straddles the wrap
+    tokens = torch.randint(3, VOCAB, (61,), generator=torch.Generator().manual_seed(2)).tolist()
+    engine = StreamingEngine(model, sink_ids, window=L, max_streams=2, chunk_tokens=5, device="cpu")
+    lines = [tokens[i : i + 4] for i in range(0, len(tokens), 4)]
+    with torch.no_grad():
+        want = slow_sink_window_nll(model, sink_ids, tokens, L)
+    got = torch.cat([torch.from_numpy(x) for x in engine.score({"s": lines})["s"]])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_cache_bytes_constant_while_stream_grows() -> None:
+    """Per-stream cache bytes equal layers x 2 x L x Hkv x D x 4 and do not grow with 10x more lines."""
+    model = tiny_llama(2)
+    engine = StreamingEngine(model, [1, 2], window=32, max_streams=2, chunk_tokens=8, device="cpu")
+    line = [5, 6, 7, 8]
+    engine.score({"s": [line] * 10})
+    before = engine.cache_bytes
+    engine.score({"s": [line] * 100})
+    assert engine.cache_bytes == before == 2 * 2 * 32 * 2 * 8 * 4
+
+
+def test_evicted_stream_is_rebuilt_from_recent_tokens() -> None:
+    """A stream evicted by LRU and rebuilt (its history fits the window) scores as if it never left."""
+    model = tiny_llama(2)
+    lines = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    roomy = StreamingEngine(model, [1], window=32, max_streams=4, chunk_tokens=8, device="cpu")
+    tight = StreamingEngine(model, [1], window=32, max_streams=1, chunk_tokens=8, device="cpu")
+    for engine in (roomy, tight):
+        engine.score({"a": lines})
+        engine.score({"b": lines})  # evicts "a" in the tight engine
+    want = roomy.score({"a": lines})["a"]
+    got = tight.score({"a": lines})["a"]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), atol=1e-4, rtol=1e-4)
