@@ -10,9 +10,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 LINES = Counter("logstream_lines", "Log lines scored.")
-ANOMALIES = Counter(
-    "logstream_anomalies", "Anomalies handed to the sink.", ["kind", "severity"]
-)
+ANOMALIES = Counter("logstream_anomalies", "Anomalies handed to the sink.", ["kind", "severity"])
 SCORE_SECONDS = Histogram(
     "logstream_score_seconds",
     "Time to score one batch of lines.",
@@ -22,7 +20,9 @@ CACHE_BYTES = Gauge("logstream_cache_bytes", "Bytes held by the streams' KV cach
 BAD_RECORDS = Counter("logstream_bad_records", "Messages skipped as bad input.", ["kind"])
 DEAD_LETTERS = Counter("logstream_dead_letters", "Bad messages copied to the dead-letter topic.")
 CONSUMER_LAG = Gauge(
-    "logstream_consumer_lag", "Messages behind the partition's high watermark.", ["topic", "partition"]
+    "logstream_consumer_lag",
+    "Messages behind the partition's high watermark.",
+    ["topic", "partition"],
 )
 COMMITS = Counter("logstream_commits", "Offset commits to Kafka.", ["outcome"])
 INFLIGHT_LINES = Gauge("logstream_inflight_lines", "Lines fetched and not yet committed.")

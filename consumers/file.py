@@ -1,0 +1,85 @@
+"""File source: replay a log file line by line, or follow it as it grows (`tail -F`).
+
+Lines are read as bytes and judged by the RecordParser like Kafka messages, so
+a bad line is counted and skipped, never fatal. A record's `source` is the
+path and its `offset` the 0-based line number.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
+
+from logstream.records import LogRecord
+
+
+def parse_lines(
+    raw_lines: Iterator[bytes], source: str, parser: RecordParser, rejects: RejectLog
+) -> Iterator[LogRecord]:
+    """Parse raw lines (with or without their newline); count and skip the bad ones."""
+    for number, raw in enumerate(raw_lines):
+        parsed = parser.parse(raw.rstrip(b"\r\n"), source=source, offset=number)
+        if isinstance(parsed, Rejected):
+            rejects.add(parsed, source=source, offset=number)
+        else:
+            yield parsed
+
+
+def read_file(
+    path: Path,
+    parser: RecordParser,
+    rejects: RejectLog,
+    *,
+    follow: bool = False,
+    poll_seconds: float = 0.25,
+    stop: threading.Event | None = None,
+) -> Iterator[LogRecord]:
+    """Yield the file's records; with `follow`, keep waiting for new lines until `stop` is set.
+
+    Follow mode yields only complete lines (a half-written last line waits for
+    its newline) and reopens the file when it is rotated (new inode) or
+    truncated, reading the new file from its start.
+    """
+    path = Path(path)
+    if not follow:
+        with path.open("rb") as handle:
+            yield from parse_lines(iter(handle), str(path), parser, rejects)
+        return
+    stop = stop or threading.Event()
+    yield from parse_lines(_follow(path, poll_seconds, stop), str(path), parser, rejects)
+
+
+def _follow(path: Path, poll_seconds: float, stop: threading.Event) -> Iterator[bytes]:
+    handle: BinaryIO = path.open("rb")
+    pending = b""
+    try:
+        while not stop.is_set():
+            chunk = handle.readline()
+            if chunk:
+                pending += chunk
+                if pending.endswith(b"\n"):
+                    yield pending
+                    pending = b""
+                continue
+            if _replaced(path, handle):
+                handle.close()
+                handle, pending = path.open("rb"), b""
+                continue
+            stop.wait(poll_seconds)
+    finally:
+        handle.close()
+
+
+def _replaced(path: Path, handle: BinaryIO) -> bool:
+    """True when `path` now names another file (rotation) or was truncated below our position."""
+    try:
+        current = path.stat()
+    except FileNotFoundError:
+        return False  # rotated away and not yet recreated: keep waiting
+    opened = os.fstat(handle.fileno())
+    return current.st_ino != opened.st_ino or current.st_size < handle.tell()

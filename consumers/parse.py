@@ -1,0 +1,127 @@
+"""Raw message -> LogRecord: plain or JSON records, and the stream key.
+
+Every source (Kafka, file, stdin) hands its raw bytes here, so bad input is
+judged the same way everywhere: undecodable bytes, oversized messages, bad
+JSON, a JSON record without its message field, and empty values become a
+`Rejected` with a kind. Rejects are counted and logged once per kind by
+`RejectLog`; they never raise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from logstream.metrics import BAD_RECORDS
+from logstream.records import LogRecord
+from logstream.settings import InputSettings
+
+REJECT_KINDS = ("undecodable", "oversized", "bad_json", "missing_field", "empty")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A message that will not be scored: `kind` is one of REJECT_KINDS."""
+
+    kind: str
+    detail: str
+
+
+class RecordParser:
+    """Turns one raw message (value bytes + optional key) into a LogRecord or a Rejected.
+
+    A message is one log line: trailing whitespace is dropped and inner line
+    breaks become spaces (the model reads a newline as the end of a line).
+    A stream key that cannot be found (no message key, no such JSON field, no
+    regex match) falls back to `default_stream`; that is not an error.
+    """
+
+    def __init__(self, settings: InputSettings) -> None:
+        self.settings = settings
+        self._regex = re.compile(settings.stream_regex) if settings.stream_regex else None
+        self._message_path = settings.message_field.split(".")
+        self._stream_path = settings.stream_field.split(".") if settings.stream_field else None
+
+    def parse(
+        self,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        source: str = "",
+        offset: int | None = None,
+        timestamp: float | None = None,
+    ) -> LogRecord | Rejected:
+        if value is None or not value.strip():
+            return Rejected("empty", "no value" if value is None else "blank value")
+        if len(value) > self.settings.max_message_bytes:
+            limit = self.settings.max_message_bytes
+            return Rejected("oversized", f"{len(value)} bytes > max_message_bytes {limit}")
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Rejected("undecodable", f"not UTF-8 at byte {exc.start}")
+        fields: dict[str, Any] | None = None
+        if self.settings.format == "json":
+            try:
+                fields = json.loads(text)
+            except json.JSONDecodeError as exc:
+                return Rejected("bad_json", f"{exc.msg} at char {exc.pos}")
+            if not isinstance(fields, dict):
+                return Rejected("bad_json", f"a JSON {type(fields).__name__}, not an object")
+            message = _lookup(fields, self._message_path)
+            if not isinstance(message, str):
+                return Rejected("missing_field", f"no string at {self.settings.message_field!r}")
+            text = message
+        line = " ".join(text.rstrip().splitlines())
+        if not line.strip():
+            return Rejected("empty", "blank message")
+        stream = self._stream(line, key, fields)
+        return LogRecord(line, stream=stream, source=source, offset=offset, timestamp=timestamp)
+
+    def _stream(self, line: str, key: bytes | None, fields: dict[str, Any] | None) -> str:
+        found: Any = None
+        match self.settings.stream_key:
+            case "message_key" if key:
+                found = key.decode("utf-8", errors="replace")
+            case "json_field" if fields is not None and self._stream_path is not None:
+                found = _lookup(fields, self._stream_path)
+            case "regex" if self._regex is not None:
+                hit = self._regex.search(line)
+                if hit is not None:
+                    found = hit.group(1) if hit.re.groups else hit.group(0)
+        if found is None or found == "":
+            return self.settings.default_stream
+        return str(found)
+
+
+def _lookup(fields: dict[str, Any], path: list[str]) -> Any:
+    node: Any = fields
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+class RejectLog:
+    """Counts rejects per kind (`logstream_bad_records_total`) and logs the first of each."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(REJECT_KINDS, 0)
+
+    def add(self, rejected: Rejected, **context: Any) -> None:
+        self.counts[rejected.kind] += 1
+        BAD_RECORDS.labels(kind=rejected.kind).inc()
+        if self.counts[rejected.kind] == 1:
+            log.warning(
+                "bad record skipped; further ones of this kind are only counted",
+                kind=rejected.kind,
+                detail=rejected.detail,
+                **context,
+            )
