@@ -1,4 +1,4 @@
-"""Prometheus metrics of the scoring path and the sources (names as in DESIGN "Interfaces").
+"""Prometheus metrics (names as in DESIGN "Interfaces") and the /healthz /readyz /metrics server.
 
 Defined once here, in the default registry, so that every module counts into
 the same series. Labels stay low-cardinality: never a stream id or free text.
@@ -7,7 +7,14 @@ the same series. Labels stay low-cardinality: never a stream id or free text.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
 LINES = Counter("logstream_lines", "Log lines scored.")
 ANOMALIES = Counter("logstream_anomalies", "Anomalies handed to the sink.", ["kind", "severity"])
@@ -28,3 +35,48 @@ COMMITS = Counter("logstream_commits", "Offset commits to Kafka.", ["outcome"])
 INFLIGHT_LINES = Gauge("logstream_inflight_lines", "Lines fetched and not yet committed.")
 PAUSED_PARTITIONS = Gauge("logstream_paused_partitions", "Partitions paused for backpressure.")
 ASSIGNED_PARTITIONS = Gauge("logstream_assigned_partitions", "Partitions this consumer owns.")
+
+
+@dataclass
+class Health:
+    """What /healthz and /readyz report; the service flips these flags."""
+
+    alive: bool = True
+    model_loaded: bool = False
+    partitions_assigned: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and self.model_loaded and self.partitions_assigned
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes hit these endpoints every few seconds: no access log."""
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def serve_http(host: str, port: int, health: Health) -> WSGIServer:
+    """Serve /healthz, /readyz and /metrics from a daemon thread; `shutdown()` stops it."""
+    metrics_app = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return metrics_app(environ, start_response)
+        checks = {"/healthz": health.alive, "/readyz": health.ready}
+        if path not in checks:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        ok = checks[path]
+        start_response(
+            "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+        )
+        return [b"ok\n" if ok else b"not ready\n"]
+
+    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="logstream-http", daemon=True).start()
+    return server

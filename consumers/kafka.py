@@ -1,0 +1,183 @@
+"""Kafka source: an aiokafka consumer-group member that fetches parsed batches.
+
+It never commits on its own (`enable_auto_commit=False`): the service commits
+`offset + 1` with `commit()` after a batch's anomalies are handed off. A
+Batch carries, per partition, the next offset to commit for everything it
+covers, bad messages included, so a poison message never blocks a partition.
+Bad messages are counted, logged once per kind and, if configured, copied to
+the dead-letter topic (awaited, so a copy exists before its offset is
+committed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.helpers import create_ssl_context
+
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
+from logstream.metrics import COMMITS, CONSUMER_LAG, DEAD_LETTERS
+from logstream.records import LogRecord
+from logstream.settings import KafkaSettings
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Batch:
+    """Parsed records of one fetch, and per partition the next offset to commit after them."""
+
+    records: list[LogRecord] = field(default_factory=list)
+    next_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    messages: int = 0  # records + rejected messages
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection options shared by the consumer and the dead-letter producer."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "client_id": settings.client_id,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        cafile = str(settings.ssl_cafile) if settings.ssl_cafile else None
+        options["ssl_context"] = create_ssl_context(cafile=cafile)
+    if settings.sasl_mechanism is not None and settings.sasl_password is not None:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = settings.sasl_password.get_secret_value()
+    return options
+
+
+class KafkaSource:
+    """Subscribes to the configured topics (names or a pattern) in a consumer group."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        parser: RecordParser,
+        rejects: RejectLog,
+        listener: ConsumerRebalanceListener,
+    ) -> None:
+        self.settings = settings
+        self.parser = parser
+        self.rejects = rejects
+        self.listener = listener
+        self.consumer = AIOKafkaConsumer(
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=settings.auto_offset_reset,
+            max_poll_records=settings.max_poll_records,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
+            **client_options(settings),
+        )
+        self._dead_letters: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        if self.settings.dead_letter_topic:
+            self._dead_letters = AIOKafkaProducer(acks="all", **client_options(self.settings))
+            await self._dead_letters.start()
+        await self.consumer.start()
+        if self.settings.topic_pattern is not None:
+            self.consumer.subscribe(pattern=self.settings.topic_pattern, listener=self.listener)
+        else:
+            self.consumer.subscribe(topics=self.settings.topics, listener=self.listener)
+        log.info(
+            "kafka consumer started",
+            group=self.settings.group_id,
+            topics=self.settings.topics or self.settings.topic_pattern,
+        )
+
+    async def stop(self) -> None:
+        """Leave the group (a last revoke runs through the listener) and close connections."""
+        await self.consumer.stop()
+        if self._dead_letters is not None:
+            await self._dead_letters.stop()
+
+    async def fetch(self) -> Batch:
+        """One `getmany` (at most max_poll_records, waits at most fetch_timeout_ms), parsed."""
+        fetched = await self.consumer.getmany(
+            timeout_ms=self.settings.fetch_timeout_ms, max_records=self.settings.max_poll_records
+        )
+        batch = Batch()
+        for tp, messages in fetched.items():
+            source = f"{tp.topic}/{tp.partition}"
+            for message in messages:
+                timestamp = message.timestamp / 1000 if message.timestamp is not None else None
+                parsed = self.parser.parse(
+                    message.value,
+                    key=message.key,
+                    source=source,
+                    offset=message.offset,
+                    timestamp=timestamp,
+                )
+                if isinstance(parsed, Rejected):
+                    self.rejects.add(
+                        parsed, topic=tp.topic, partition=tp.partition, offset=message.offset
+                    )
+                    await self._dead_letter(message, parsed, source)
+                else:
+                    batch.records.append(parsed)
+            if messages:
+                batch.next_offsets[tp] = messages[-1].offset + 1
+                batch.messages += len(messages)
+        return batch
+
+    async def _dead_letter(self, message: Any, rejected: Rejected, source: str) -> None:
+        if self._dead_letters is None or self.settings.dead_letter_topic is None:
+            return
+        headers = [
+            ("logstream-reject", rejected.kind.encode()),
+            ("logstream-source", f"{source}/{message.offset}".encode()),
+        ]
+        try:
+            await self._dead_letters.send_and_wait(
+                self.settings.dead_letter_topic, message.value, key=message.key, headers=headers
+            )
+            DEAD_LETTERS.inc()
+        except KafkaError as exc:
+            log.error(
+                "dead-letter copy failed", source=source, offset=message.offset, error=str(exc)
+            )
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
+        """Commit next offsets of partitions we still own; False if the commit failed.
+
+        A failure (a rebalance took the partitions, the broker is away) is logged
+        and counted, never raised: the offsets stay uncommitted, so their
+        messages are delivered again (at-least-once).
+        """
+        owned = {tp: offset for tp, offset in offsets.items() if tp in self.consumer.assignment()}
+        if not owned:
+            return True
+        try:
+            await self.consumer.commit(owned)
+        except (CommitFailedError, KafkaError) as exc:
+            COMMITS.labels(outcome="failed").inc()
+            log.warning("offset commit failed; will retry", error=str(exc), partitions=len(owned))
+            return False
+        COMMITS.labels(outcome="ok").inc()
+        return True
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.consumer.assignment())
+
+    def pause(self) -> None:
+        self.consumer.pause(*self.consumer.assignment())
+
+    def resume(self) -> None:
+        self.consumer.resume(*self.consumer.assignment())
+
+    def record_lag(self, next_offsets: dict[TopicPartition, int]) -> None:
+        """Set `logstream_consumer_lag` = high watermark - next offset to hand off."""
+        for tp, offset in next_offsets.items():
+            highwater = self.consumer.highwater(tp)
+            if highwater is not None:
+                lag = max(highwater - offset, 0)
+                CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)

@@ -1,0 +1,355 @@
+"""The live service: Kafka consumer group -> Detector -> AnomalySink -> commit.
+
+Two tasks share one event loop. The fetcher polls Kafka and queues parsed
+batches; the scorer takes them in order and runs `Detector.score` plus
+`sink.put` on a single worker thread (so heartbeats and fetches go on while
+the model works), then commits `offset + 1` of what it covered. Nothing is
+committed before `put` returned: a crash at any point re-delivers, never
+loses (at-least-once).
+
+Backpressure: when more than `max_inflight_lines` lines are queued or being
+scored, the assigned partitions are paused (the fetcher keeps polling, so the
+consumer stays in the group) and resumed below half of it.
+
+Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
+and the processed offsets are committed before the partitions go; on assign
+fetching resumes. SIGTERM/SIGINT: stop fetching, finish the batch being
+scored, commit, leave the group, all within `shutdown_grace_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from logstream.alerts.sink import AnomalySink, JsonlSink
+from logstream.consumers.kafka import Batch, KafkaSource
+from logstream.consumers.parse import RecordParser, RejectLog
+from logstream.detector import Detector, ScoredLine
+from logstream.metrics import (
+    ANOMALIES,
+    ASSIGNED_PARTITIONS,
+    CACHE_BYTES,
+    INFLIGHT_LINES,
+    LINES,
+    PAUSED_PARTITIONS,
+    SCORE_SECONDS,
+    Health,
+    serve_http,
+)
+from logstream.model import ModelDirError
+from logstream.records import Anomaly
+from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
+
+log = structlog.get_logger(__name__)
+
+# Sink kinds by name (settings `sink.kind`); the alerts outbox registers here when it lands.
+SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
+    "jsonl": lambda settings: JsonlSink(settings.path),
+}
+
+
+class AuditLog:
+    """A JSON line per scored line, fsynced per batch: a backtest trail, an at-least-once proof."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, scored: Sequence[ScoredLine]) -> None:
+        for line in scored:
+            entry = {
+                "source": line.record.source,
+                "offset": line.record.offset,
+                "stream": line.record.stream,
+                "kind": line.kind,
+                "score": round(line.score, 4),
+                "anomaly": line.is_anomaly,
+            }
+            self._file.write(json.dumps(entry) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Service:
+    """One consumer-group member: see the module docstring for the flow."""
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        detector: Detector,
+        sink: AnomalySink,
+        health: Health,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.settings = settings
+        self.detector = detector
+        self.sink = sink
+        self.health = health
+        self.audit = audit
+        self.rejects = RejectLog()
+        self.source = KafkaSource(
+            settings.kafka, RecordParser(settings.input), self.rejects, _Listener(self)
+        )
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstream-score")
+        self._queue: asyncio.Queue[Batch] = asyncio.Queue()
+        self._inflight = 0  # lines queued or being scored
+        self._drained = asyncio.Event()  # set while nothing is queued or being scored
+        self._drained.set()
+        self._may_fetch = asyncio.Event()  # cleared during a revoke
+        self._may_fetch.set()
+        self._paused = False
+        self._processed: dict[TopicPartition, int] = {}  # handed off, maybe not yet committed
+        self._last_seen: dict[str, float] = {}  # stream -> monotonic time of its last line
+        self._current: asyncio.Future[None] | None = None  # the scorer's work in progress
+
+    async def run(self, stop: asyncio.Event) -> bool:
+        """Serve until `stop` is set; then shut down gracefully. False if the grace ran out."""
+        await self.source.start()
+        fetcher = asyncio.create_task(self._fetch_loop(), name="fetcher")
+        scorer = asyncio.create_task(self._score_loop(), name="scorer")
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        done, _ = await asyncio.wait(
+            {fetcher, scorer, stopper}, return_when=asyncio.FIRST_COMPLETED
+        )
+        stopper.cancel()
+        for task in done - {stopper}:
+            task.result()  # a crashed loop is a bug: raise; uncommitted lines are re-delivered
+        log.info("shutting down", grace_seconds=self.settings.shutdown_grace_seconds)
+        try:
+            async with asyncio.timeout(self.settings.shutdown_grace_seconds):
+                await self._shutdown(fetcher, scorer)
+        except TimeoutError:
+            log.error("shutdown grace period exceeded; uncommitted lines will be re-delivered")
+            return False
+        finally:
+            self.health.alive = False
+        return True
+
+    async def _shutdown(self, fetcher: asyncio.Task[None], scorer: asyncio.Task[None]) -> None:
+        fetcher.cancel()
+        dropped = 0
+        while not self._queue.empty():  # not started: left uncommitted, re-delivered later
+            dropped += self._queue.get_nowait().messages
+        scorer.cancel()
+        await asyncio.gather(fetcher, scorer, return_exceptions=True)
+        if self._current is not None:
+            await self._current  # the batch being scored: finish, hand off, commit
+        self._drained.set()  # nothing left for a last revoke to wait for
+        await self._commit()
+        await self.source.stop()
+        self._worker.shutdown(wait=True)
+        log.info("stopped", dropped_unscored_messages=dropped)
+
+    async def _fetch_loop(self) -> None:
+        while True:
+            await self._may_fetch.wait()
+            batch = await self.source.fetch()
+            if not batch.messages:
+                continue
+            self._inflight += len(batch.records)
+            self._drained.clear()
+            self._queue.put_nowait(batch)
+            INFLIGHT_LINES.set(self._inflight)
+            if not self._paused and self._inflight >= self.settings.max_inflight_lines:
+                self.source.pause()
+                self._paused = True
+                PAUSED_PARTITIONS.set(len(self.source.assignment()))
+                log.info("backpressure: partitions paused", inflight_lines=self._inflight)
+
+    async def _score_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle = self.settings.stream_idle_seconds
+        while True:
+            try:
+                batch = await asyncio.wait_for(
+                    self._queue.get(), timeout=idle / 2 if idle else None
+                )
+            except TimeoutError:
+                work = loop.run_in_executor(self._worker, self._close_idle_streams)
+            else:
+                work = asyncio.ensure_future(self._handle(batch))
+            # shielded: a shutdown cancels this loop, but `_shutdown` awaits the work to its end
+            self._current = work
+            await asyncio.shield(work)
+
+    async def _handle(self, batch: Batch) -> None:
+        loop = asyncio.get_running_loop()
+        if batch.records:
+            await loop.run_in_executor(self._worker, self._score_and_hand_off, batch)
+        self._processed.update(batch.next_offsets)
+        await self._commit()
+        self.source.record_lag(batch.next_offsets)
+        self._inflight -= len(batch.records)
+        INFLIGHT_LINES.set(self._inflight)
+        if self._queue.empty():
+            self._drained.set()
+        if self._paused and self._inflight <= self.settings.max_inflight_lines // 2:
+            self.source.resume()
+            self._paused = False
+            PAUSED_PARTITIONS.set(0)
+            log.info("backpressure: partitions resumed", inflight_lines=self._inflight)
+
+    def _score_and_hand_off(self, batch: Batch) -> None:
+        """Worker thread: score, hand anomalies to the sink (durable on return), audit."""
+        started = time.perf_counter()
+        scored = self.detector.score(batch.records)
+        SCORE_SECONDS.observe(time.perf_counter() - started)
+        now = time.monotonic()
+        for record in batch.records:
+            self._last_seen[record.stream] = now
+        if self.settings.stream_idle_seconds is not None:
+            scored += self._idle_stream_ends(now)
+        self._put(scored)
+        LINES.inc(len(batch.records))
+
+    def _close_idle_streams(self) -> None:
+        """Worker thread: end streams quiet past stream_idle_seconds (their end scores)."""
+        self._put(self._idle_stream_ends(time.monotonic()))
+
+    def _idle_stream_ends(self, now: float) -> list[ScoredLine]:
+        assert self.settings.stream_idle_seconds is not None
+        quiet = [
+            s for s, t in self._last_seen.items() if now - t > self.settings.stream_idle_seconds
+        ]
+        ends = []
+        for stream in quiet:
+            del self._last_seen[stream]
+            end = self.detector.close(stream)
+            if end is not None:
+                ends.append(end)
+        return ends
+
+    def _put(self, scored: Sequence[ScoredLine]) -> None:
+        anomalies: list[Anomaly] = [
+            a for s in scored if (a := self.detector.anomaly(s)) is not None
+        ]
+        self.sink.put(anomalies)
+        if self.audit is not None:
+            self.audit.write(scored)
+        for anomaly in anomalies:
+            ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
+        CACHE_BYTES.set(self.detector.cache_bytes)
+
+    async def _commit(self) -> None:
+        if self._processed and await self.source.commit(self._processed):
+            self._processed = {}
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Finish what is queued, commit it, then let the partitions go."""
+        self._may_fetch.clear()
+        await self._drained.wait()
+        await self._commit()
+        self._processed = {tp: o for tp, o in self._processed.items() if tp not in revoked}
+        self.health.partitions_assigned = False
+        log.info(
+            "partitions revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked)
+        )
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Fresh partitions start unpaused; streams set up lazily on their first line."""
+        self._paused = False
+        PAUSED_PARTITIONS.set(0)
+        ASSIGNED_PARTITIONS.set(len(assigned))
+        self.health.partitions_assigned = bool(assigned)
+        self._may_fetch.set()
+        log.info(
+            "partitions assigned",
+            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
+        )
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.service.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.service.on_assigned(set(assigned))
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    """structlog to stderr: JSON in production, console on a TTY (`auto` picks by isatty)."""
+    as_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+async def serve(settings: ServeSettings) -> int:
+    """Load the model, start the endpoints, serve until SIGTERM/SIGINT; the exit code."""
+    health = Health()
+    try:
+        server = serve_http(settings.http.host, settings.http.port, health)
+    except OSError as exc:
+        address = f"{settings.http.host}:{settings.http.port}"
+        raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
+    try:
+        detector = await asyncio.to_thread(
+            Detector.load,
+            settings.model.dir,
+            device=settings.model.device,
+            window=settings.model.window,
+        )
+        health.model_loaded = True
+        log.info("model loaded", model_id=detector.model_id, threshold=detector.threshold)
+        sink = SINKS[settings.sink.kind](settings.sink)
+        audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            graceful = await Service(settings, detector, sink, health, audit).run(stop)
+        finally:
+            sink.close()
+            if audit is not None:
+                audit.close()
+        return 0 if graceful else 1
+    finally:
+        server.shutdown()
+
+
+def main(config_path: Path | str | None) -> int:
+    """`logstream serve --config FILE`: settings or model errors are one line and exit 2."""
+    try:
+        settings = load_settings(config_path)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        return asyncio.run(serve(settings))
+    except (ModelDirError, SettingsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaError as exc:
+        print(f"error: kafka: {exc}", file=sys.stderr)
+        return 1
