@@ -1,0 +1,118 @@
+"""`python -m logstream.alerts`: check a routes file, run the delivery worker, add a silence.
+
+    python -m logstream.alerts check   --routes configs/alerts.yaml
+    python -m logstream.alerts deliver --routes configs/alerts.yaml [--until-idle]
+    python -m logstream.alerts silence --routes configs/alerts.yaml \\
+        --match stream='hdfs-*' --match severity=warning --for 2h --comment "deploy"
+
+Errors are one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from logstream.alerts.config import (
+    AlertConfigError,
+    Silence,
+    describe,
+    load_config,
+    parse_duration,
+)
+from logstream.alerts.delivery import DeliveryWorker
+from logstream.alerts.outbox import Outbox
+from logstream.alerts.silences import add_silence
+
+
+def parse_matchers(pairs: Sequence[str]) -> dict[str, str]:
+    """['stream=hdfs-*', 'severity=critical'] -> {'stream': 'hdfs-*', ...}."""
+    out = {}
+    for pair in pairs:
+        name, sep, glob = pair.partition("=")
+        if not sep or not name:
+            raise AlertConfigError(f"--match {pair!r}: expected LABEL=GLOB")
+        out[name.strip()] = glob.strip()
+    return out
+
+
+def silence_command(
+    routes: str, matchers: dict[str, str], duration: float, comment: str, created_by: str
+) -> Silence:
+    """Add a silence to the routes file's `silences_file`; returns it."""
+    config = load_config(routes)
+    if not config.silences_file:
+        raise AlertConfigError(f"{routes}: silences_file is not set; the CLI writes silences there")
+    now = time.time()
+    try:
+        silence = Silence(
+            matchers=matchers, starts_at=now, expires_at=now + duration,
+            created_by=created_by, comment=comment,
+        )  # fmt: skip
+    except ValidationError as exc:
+        raise AlertConfigError(f"silence: {describe(exc)}") from None
+    add_silence(config.silences_file, silence)
+    return silence
+
+
+def deliver_command(routes: str, until_idle: bool) -> int:
+    """Run the worker on the routes file's outbox until SIGTERM/SIGINT (or idle)."""
+    config = load_config(routes)
+    outbox = Outbox(config.delivery.outbox, config)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        asyncio.run(DeliveryWorker(outbox).run(stop, until_idle=until_idle))
+    finally:
+        outbox.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m logstream.alerts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate a routes file")
+    check.add_argument("--routes", required=True)
+    deliver = sub.add_parser("deliver", help="run the delivery worker on the outbox")
+    deliver.add_argument("--routes", required=True)
+    deliver.add_argument("--until-idle", action="store_true", help="exit when nothing is pending")
+    silence = sub.add_parser("silence", help="mute matching alerts for a while")
+    silence.add_argument("--routes", required=True)
+    silence.add_argument("--match", action="append", required=True, metavar="LABEL=GLOB")
+    silence.add_argument("--for", dest="duration", required=True, help="e.g. 30m, 2h")
+    silence.add_argument("--comment", default="")
+    silence.add_argument("--by", default=getpass.getuser())
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            config = load_config(args.routes)
+            sys.stdout.write(f"{args.routes}: ok, {len(config.receivers)} receiver(s)\n")
+            return 0
+        if args.command == "deliver":
+            return deliver_command(args.routes, args.until_idle)
+        made = silence_command(
+            args.routes, parse_matchers(args.match), parse_duration(args.duration),
+            args.comment, args.by,
+        )  # fmt: skip
+        sys.stdout.write(f"silenced {made.matchers} until {made.expires_at:.0f}\n")
+        return 0
+    except (AlertConfigError, ValueError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Channels: render an Alert into the request each service documents. No I/O here.
+
+- webhook: Alertmanager's webhook payload (version "4"), the de-facto generic
+  alert JSON: https://prometheus.io/docs/alerting/latest/configuration/#webhook_config
+- slack: incoming webhook, `text` (fallback) plus Block Kit `blocks`:
+  https://api.slack.com/messaging/webhooks
+- pagerduty: Events API v2 `trigger`/`resolve` with a stable `dedup_key`:
+  https://developer.pagerduty.com/docs/events-api-v2/trigger-events/
+- alertmanager: `POST /api/v2/alerts` with a list of postable alerts;
+  `endsAt` in the past resolves (Alertmanager's OpenAPI spec).
+
+Every request carries an `Idempotency-Key` header; receivers that honour it
+can drop the duplicates that at-least-once delivery implies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from logstream.alerts.alert import Alert, rfc3339
+from logstream.alerts.config import (
+    AlertmanagerConfig,
+    AlertsConfig,
+    PagerDutyConfig,
+    SlackConfig,
+    WebhookConfig,
+)
+
+ALERTNAME = "LogAnomaly"
+SLACK_HEADER_CHARS = 150  # Block Kit limit for a header's plain_text
+SLACK_SECTION_CHARS = 3000  # Block Kit limit for a section's text
+PAGERDUTY_SUMMARY_CHARS = 1024  # Events v2 limit
+PAGERDUTY_SEVERITY = {"critical": "critical", "error": "error", "warning": "warning"}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What to send; `url` and `headers` may hold secrets: never log them."""
+
+    url: str
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """A configured destination: `name` is `receiver/kind/index` (safe to log)."""
+
+    name: str
+    receiver: str
+    kind: str
+    config: WebhookConfig | SlackConfig | PagerDutyConfig | AlertmanagerConfig
+
+    def render(self, alert: Alert, idempotency_key: str) -> Request:
+        request = RENDERERS[self.kind](self.config, alert)
+        return Request(
+            request.url, request.body, {**request.headers, "Idempotency-Key": idempotency_key}
+        )
+
+
+def channels(config: AlertsConfig) -> dict[str, Channel]:
+    """Every channel of every receiver, by name."""
+    out: dict[str, Channel] = {}
+    for receiver in config.receivers:
+        for kind in RENDERERS:
+            for i, cfg in enumerate(getattr(receiver, f"{kind}_configs")):
+                name = f"{receiver.name}/{kind}/{i}"
+                out[name] = Channel(name, receiver.name, kind, cfg)
+    return out
+
+
+def _annotations(alert: Alert) -> dict[str, str]:
+    tokens = ", ".join(f"{t!r} ({s:.1f})" for t, s in alert.top_tokens)
+    return {
+        "summary": alert.summary,
+        "count": str(alert.count),
+        "distinct": str(alert.distinct),
+        "first_line": alert.first_line,
+        "last_line": alert.last_line,
+        "top_tokens": tokens,
+        "model_id": alert.model_id,
+        "max_score": f"{alert.max_score:.3f}",
+        "threshold": f"{alert.threshold:.3f}",
+    }
+
+
+def _labels(alert: Alert) -> dict[str, str]:
+    return {"alertname": ALERTNAME, **alert.labels, "severity": alert.severity}
+
+
+def _ends_at(alert: Alert) -> str:
+    return rfc3339(alert.ended_at) if alert.ended_at is not None else "0001-01-01T00:00:00Z"
+
+
+def render_webhook(cfg: WebhookConfig, alert: Alert) -> Request:
+    body = {
+        "version": "4",
+        "groupKey": alert.dedup_key,
+        "truncatedAlerts": 0,
+        "status": alert.status,
+        "receiver": alert.receiver,
+        "groupLabels": alert.group_labels,
+        "commonLabels": _labels(alert),
+        "commonAnnotations": _annotations(alert),
+        "externalURL": cfg.external_url,
+        "alerts": [
+            {
+                "status": alert.status,
+                "labels": _labels(alert),
+                "annotations": _annotations(alert),
+                "startsAt": rfc3339(alert.first_seen),
+                "endsAt": _ends_at(alert),
+                "generatorURL": "",
+                "fingerprint": alert.dedup_key,
+            }
+        ],
+    }
+    headers = {k: v.get_secret_value() for k, v in cfg.headers.items()}
+    return Request(cfg.url.get_secret_value(), body, headers)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
+    icon = ":white_check_mark:" if alert.status == "resolved" else ":rotating_light:"
+    title = f"{alert.severity.upper()} log anomaly on {alert.stream}"
+    if alert.status == "resolved":
+        title = f"RESOLVED: {title}"
+    lines = f"first: {alert.first_line}\nlast:  {alert.last_line}"
+    # the code block's fences take 6 of the section's characters
+    code = "```" + _cut(lines, SLACK_SECTION_CHARS - 6).replace("```", "'''") + "```"
+    tokens = ", ".join(f"`{t}` {s:.1f}" for t, s in alert.top_tokens) or "n/a"
+    header = {"type": "plain_text", "text": _cut(title, SLACK_HEADER_CHARS)}
+    score = f"{alert.max_score:.2f} (threshold {alert.threshold:.2f})"
+    fields = [
+        f"*Count*\n{alert.count}",
+        f"*Max score*\n{score}",
+        f"*Since*\n{rfc3339(alert.first_seen)}",
+        f"*Model*\n{alert.model_id or 'n/a'}",
+    ]
+    context = _cut(f"Most surprising tokens: {tokens}", SLACK_SECTION_CHARS)
+    body = {
+        "text": f"{icon} {alert.summary}",
+        "blocks": [
+            {"type": "header", "text": header},
+            {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": code}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
+        ],
+    }
+    return Request(cfg.api_url.get_secret_value(), body, {})
+
+
+def render_pagerduty(cfg: PagerDutyConfig, alert: Alert) -> Request:
+    key = cfg.routing_key.get_secret_value()
+    if alert.status == "resolved":
+        body: dict[str, Any] = {
+            "routing_key": key,
+            "event_action": "resolve",
+            "dedup_key": alert.dedup_key,
+        }
+        return Request(cfg.url, body, {})
+    body = {
+        "routing_key": key,
+        "event_action": "trigger",
+        "dedup_key": alert.dedup_key,
+        "payload": {
+            "summary": _cut(alert.summary, PAGERDUTY_SUMMARY_CHARS),
+            "source": alert.stream or "logstream",
+            "severity": PAGERDUTY_SEVERITY.get(alert.severity, "warning"),
+            "timestamp": rfc3339(alert.first_seen),
+            "component": alert.stream,
+            "group": alert.receiver,
+            "class": "log_anomaly",
+            "custom_details": _annotations(alert),
+        },
+        "client": "logstream",
+    }  # fmt: skip
+    return Request(cfg.url, body, {})
+
+
+def render_alertmanager(cfg: AlertmanagerConfig, alert: Alert) -> Request:
+    posted: dict[str, Any] = {
+        "labels": _labels(alert),
+        "annotations": _annotations(alert),
+        "startsAt": rfc3339(alert.first_seen),
+    }
+    if alert.ended_at is not None:
+        posted["endsAt"] = rfc3339(alert.ended_at)
+    headers = {k: v.get_secret_value() for k, v in cfg.headers.items()}
+    return Request(cfg.url.rstrip("/") + "/api/v2/alerts", [posted], headers)
+
+
+RENDERERS: dict[str, Callable[[Any, Alert], Request]] = {
+    "webhook": render_webhook,
+    "slack": render_slack,
+    "pagerduty": render_pagerduty,
+    "alertmanager": render_alertmanager,
+}

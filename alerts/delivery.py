@@ -1,0 +1,261 @@
+"""The delivery worker: outbox -> channels over HTTP, with the retry rules.
+
+Rules, per delivery (one alert to one channel):
+- 2xx: delivered.
+- 429: retry after `Retry-After` (seconds or an HTTP date, capped by
+  `max_retry_after`), or after the backoff delay when the header is absent.
+- 408, 5xx, timeouts, refused or dropped connections: retry after
+  uniform(d * (1 - jitter), d), d = min(max, base * factor ** (failures - 1)).
+  (A 503 with `Retry-After` is honoured like a 429.)
+- any other status: dead letter, one warning log line, no retry.
+- a delivery still failing `give_up_after` seconds after it was enqueued is
+  dead-lettered too, so nothing retries forever.
+
+Rate limits are token buckets per channel; a delivery over the limit waits
+(it is rescheduled, not counted as an attempt). Logs name the channel
+(`receiver/kind/index`) and the alert's dedup key, never a URL or key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+
+import httpx
+import structlog
+from prometheus_client import Counter, Gauge
+
+from logstream.alerts.channels import Channel, channels
+from logstream.alerts.config import Backoff, RateLimit
+from logstream.alerts.outbox import Delivery, Outbox, Outcome
+
+log = structlog.get_logger(__name__)
+
+ALERTS_SENT = Counter(
+    "logstream_alerts_sent_total",
+    "Delivery attempts by channel kind and outcome (delivered, retry, dead, deferred).",
+    ["channel", "outcome"],
+)
+OUTBOX_PENDING = Gauge("logstream_alerts_outbox_pending", "Deliveries waiting in the outbox.")
+
+
+def backoff_delay(failures: int, policy: Backoff, rng: random.Random) -> float:
+    """Delay after the `failures`-th consecutive failure (1-based), jittered downwards."""
+    ceiling = min(policy.max, policy.base * policy.factor ** (failures - 1))
+    return rng.uniform(ceiling * (1.0 - policy.jitter), ceiling)
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """`Retry-After` as seconds from now: delta-seconds or an HTTP date; None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - now)
+    except (TypeError, ValueError):
+        return None
+
+
+class TokenBucket:
+    """`count` tokens per `per` seconds, starting full."""
+
+    def __init__(self, limit: RateLimit, now: float) -> None:
+        self._rate = limit.count / limit.per
+        self._capacity = float(limit.count)
+        self._tokens = float(limit.count)
+        self._at = now
+
+    def take(self, now: float) -> float:
+        """Take a token: 0.0 when granted, else the seconds until one is available."""
+        self._tokens = min(self._capacity, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+
+class DeliveryWorker:
+    """Sends due deliveries concurrently and records each outcome in the outbox."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.policy = outbox.config.delivery
+        self.channels: dict[str, Channel] = channels(outbox.config)
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._buckets: dict[str, TokenBucket] = {}
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wake(self) -> None:
+        """Thread-safe nudge (the outbox calls it after `put`): look for work now."""
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    async def run(self, stop: threading.Event, *, until_idle: bool = False) -> None:
+        """Deliver until `stop` is set (or, with `until_idle`, until nothing is pending)."""
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        in_flight: dict[int, asyncio.Task[Outcome]] = {}
+        limits = httpx.Limits(
+            max_connections=self.policy.concurrency,
+            max_keepalive_connections=self.policy.concurrency,
+        )
+        async with httpx.AsyncClient(limits=limits, follow_redirects=False) as client:
+            try:
+                while not stop.is_set():
+                    now = self.clock()
+                    self.outbox.flush(now)
+                    self._start(client, now, in_flight)
+                    pending = self.outbox.pending()
+                    OUTBOX_PENDING.set(pending)
+                    if until_idle and pending == 0 and not in_flight:
+                        return
+                    await self._wait(now, in_flight)
+            finally:
+                if in_flight:  # cancelled sends stay pending: re-sent with the same key
+                    for task in in_flight.values():
+                        task.cancel()
+                    await asyncio.gather(*in_flight.values(), return_exceptions=True)
+                self._loop = self._wake = None
+
+    def _start(
+        self, client: httpx.AsyncClient, now: float, in_flight: dict[int, asyncio.Task[Outcome]]
+    ) -> None:
+        free = self.policy.concurrency - len(in_flight)
+        if free <= 0:
+            return
+        deferred = []
+        for delivery in self.outbox.claim(now, free, busy=in_flight):
+            wait = self._bucket(delivery.channel, now)
+            if wait > 0:
+                ALERTS_SENT.labels(self._kind(delivery), "deferred").inc()
+                deferred.append(Outcome(delivery, "deferred", now, retry_at=now + wait))
+                continue
+            in_flight[delivery.id] = asyncio.create_task(self._attempt(client, delivery))
+        self.outbox.settle(deferred)
+
+    async def _wait(self, now: float, in_flight: dict[int, asyncio.Task[Outcome]]) -> None:
+        assert self._wake is not None
+        due = self.outbox.next_due()
+        timeout = self.policy.poll_interval
+        if due is not None:
+            timeout = min(timeout, max(0.0, due - now))
+        self._wake.clear()
+        waker = asyncio.create_task(self._wake.wait())
+        done, _ = await asyncio.wait(
+            [*in_flight.values(), waker], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        waker.cancel()
+        finished = [task for task in done if task is not waker]
+        outcomes = [task.result() for task in finished]
+        for outcome in outcomes:
+            del in_flight[outcome.delivery.id]
+        self.outbox.settle(outcomes)
+
+    def _bucket(self, channel: str, now: float) -> float:
+        found = self.channels.get(channel)
+        if found is None or found.config.rate_limit is None:
+            return 0.0
+        if channel not in self._buckets:
+            self._buckets[channel] = TokenBucket(found.config.rate_limit, now)
+        return self._buckets[channel].take(now)
+
+    def _kind(self, delivery: Delivery) -> str:
+        found = self.channels.get(delivery.channel)
+        return found.kind if found is not None else "unknown"
+
+    async def _attempt(self, client: httpx.AsyncClient, delivery: Delivery) -> Outcome:
+        channel = self.channels.get(delivery.channel)
+        started = self.clock()
+        if channel is None:
+            return self._dead(delivery, started, started, None, "channel no longer configured")
+        request = channel.render(delivery.alert, delivery.idem_key)
+        try:
+            timeout = channel.config.timeout
+            response = await client.post(
+                request.url, json=request.body, headers=request.headers, timeout=timeout
+            )
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:  # a config mistake
+            return self._dead(delivery, started, self.clock(), None, type(exc).__name__)
+        except httpx.TransportError as exc:  # timeouts, refused, reset, closed mid-response
+            return self._retry(delivery, started, None, type(exc).__name__, None)
+        status = response.status_code
+        if 200 <= status < 300:
+            ALERTS_SENT.labels(channel.kind, "delivered").inc()
+            return Outcome(delivery, "delivered", self.clock(), started, status_code=status)
+        if status in (408, 429) or status >= 500:
+            after = None
+            if status in (429, 503):
+                after = parse_retry_after(response.headers.get("Retry-After"), self.clock())
+            return self._retry(delivery, started, status, f"HTTP {status}", after)
+        return self._dead(delivery, started, self.clock(), status, f"HTTP {status}")
+
+    def _retry(
+        self,
+        delivery: Delivery,
+        started: float,
+        status: int | None,
+        error: str,
+        retry_after: float | None,
+    ) -> Outcome:
+        now = self.clock()
+        failures = delivery.attempts + 1
+        if retry_after is not None:
+            delay = min(retry_after, self.policy.max_retry_after)
+        else:
+            delay = backoff_delay(failures, self.policy.backoff, self.rng)
+        if now + delay > delivery.created_at + self.policy.give_up_after:
+            reason = f"gave up after {failures} attempts: {error}"
+            return self._dead(delivery, started, now, status, reason)
+        ALERTS_SENT.labels(self._kind(delivery), "retry").inc()
+        log.debug(
+            "alert_retry", channel=delivery.channel, alert_id=delivery.alert.dedup_key,
+            error=error, attempt=failures, delay_s=round(delay, 3),
+        )  # fmt: skip
+        return Outcome(
+            delivery, "retry", now, started, retry_at=now + delay, status_code=status, error=error
+        )
+
+    def _dead(
+        self, delivery: Delivery, started: float, now: float, status: int | None, reason: str
+    ) -> Outcome:
+        ALERTS_SENT.labels(self._kind(delivery), "dead").inc()
+        log.warning(
+            "alert_dead_lettered", channel=delivery.channel, alert_id=delivery.alert.dedup_key,
+            idempotency_key=delivery.idem_key, status=status, reason=reason,
+        )  # fmt: skip
+        return Outcome(delivery, "dead", now, started, status_code=status, error=reason)
+
+
+class BackgroundDelivery:
+    """Runs a DeliveryWorker on its own event loop in a daemon thread (for serve)."""
+
+    def __init__(self, worker: DeliveryWorker) -> None:
+        self.worker = worker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(worker.run(self._stop)), name="alert-delivery", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the current wait; in-flight sends stay pending in the outbox."""
+        self._stop.set()
+        self.worker.wake()
+        self._thread.join(timeout)

@@ -1,0 +1,376 @@
+"""The durable outbox (SQLite, WAL): group state, deliveries, dead letters, attempts.
+
+`put` routes anomalies and folds them into their groups in one transaction;
+when it returns the groups are committed, so a source may commit its offsets
+(it is the pipeline's `AnomalySink`). `flush(now)` turns due groups into
+deliveries, one per channel of the receiver, each with an idempotency key
+made from the incident's dedup key, the notification number and the channel:
+the same on every restart, because it is derived from committed state.
+
+Delivery is at-least-once: a delivery is marked delivered only after the
+receiver said 2xx, so a crash between the two re-sends it with the same key.
+Deliveries for one (channel, dedup_key) go out in order (a resolve never
+overtakes its trigger).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import structlog
+
+from logstream.alerts.alert import Alert
+from logstream.alerts.channels import channels
+from logstream.alerts.config import AlertsConfig
+from logstream.alerts.grouping import Group, absorb, evaluate
+from logstream.alerts.routing import Timing, anomaly_labels, group_key, route
+from logstream.alerts.silences import SilenceSet, silenced_by
+from logstream.records import Anomaly
+
+log = structlog.get_logger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS groups (
+    key TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    next_eval REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS groups_due ON groups (next_eval);
+CREATE TABLE IF NOT EXISTS deliveries (
+    id INTEGER PRIMARY KEY,
+    idem_key TEXT NOT NULL UNIQUE,
+    channel TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    alert TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    delivered_at REAL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS deliveries_order ON deliveries (channel, dedup_key, state, id);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id INTEGER PRIMARY KEY,
+    idem_key TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    alert TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    status_code INTEGER,
+    reason TEXT NOT NULL,
+    failed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    delivery_id INTEGER NOT NULL,
+    idem_key TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    at REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    status_code INTEGER,
+    retry_at REAL
+);
+CREATE INDEX IF NOT EXISTS attempts_delivery ON attempts (delivery_id, at);
+"""
+
+FLUSH_BATCH = 1000  # groups evaluated per flush call
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One alert to one channel, as claimed by the worker."""
+
+    id: int
+    idem_key: str
+    channel: str
+    alert: Alert
+    attempts: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to a delivery attempt. `kind`: delivered | retry | dead | deferred.
+
+    `deferred` (rate limited before sending) moves `next_attempt_at` without
+    counting an attempt."""
+
+    delivery: Delivery
+    kind: str
+    at: float  # when the outcome was known
+    started_at: float | None = None  # when the request started (None when deferred)
+    retry_at: float | None = None
+    status_code: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One recorded attempt: started, outcome known at `at`, next try not before `retry_at`."""
+
+    started_at: float
+    at: float
+    outcome: str
+    status_code: int | None
+    retry_at: float | None
+
+
+def channel_names(config: AlertsConfig, receiver: str) -> list[tuple[str, bool]]:
+    """(channel name, send_resolved) for each channel config of a receiver, in file order."""
+    return [
+        (c.name, c.config.send_resolved)
+        for c in channels(config).values()
+        if c.receiver == receiver
+    ]
+
+
+def idempotency_key(dedup_key: str, sequence: int, channel: str) -> str:
+    return hashlib.sha256(f"{dedup_key}:{sequence}:{channel}".encode()).hexdigest()[:32]
+
+
+class Outbox:
+    """SQLite outbox shared by the sink (`put`) and the delivery worker (thread-safe)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        config: AlertsConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_put: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.on_put = on_put
+        self._lock = threading.Lock()
+        self._silences = SilenceSet(config.silences, config.silences_file)
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={config.delivery.synchronous.upper()}")
+        self._db.executescript(SCHEMA)
+
+    # -- the sink side ---------------------------------------------------------------
+
+    def put(self, anomalies: Sequence[Anomaly]) -> None:
+        """Fold anomalies into their groups; committed (fsynced) when this returns."""
+        if not anomalies:
+            return
+        now = self.clock()
+        with self._lock, self._transaction():
+            touched: dict[str, Group] = {}
+            for anomaly in anomalies:
+                labels = anomaly_labels(anomaly)
+                for match in route(self.config, labels, anomaly.score):
+                    key = group_key(match, labels)
+                    held = touched[key] if key in touched else self._load(key)
+                    touched[key] = absorb(held, anomaly, labels, match, key, now)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO groups (key, state, next_eval, data) VALUES (?, ?, ?, ?)",
+                [(g.key, g.state, g.next_eval, _dump_group(g)) for g in touched.values()],
+            )
+        if self.on_put is not None:
+            self.on_put()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- grouping timers ------------------------------------------------------------
+
+    def flush(self, now: float | None = None) -> list[Alert]:
+        """Evaluate due groups; enqueue a delivery per channel for each notification made."""
+        now = self.clock() if now is None else now
+        silences = self._silences.current()
+        resolve_timeout = self.config.global_.resolve_timeout
+        made: list[Alert] = []
+        with self._lock, self._transaction():
+            rows = self._db.execute(
+                "SELECT data FROM groups WHERE next_eval <= ? ORDER BY next_eval LIMIT ?",
+                (now, FLUSH_BATCH),
+            ).fetchall()
+            for (data,) in rows:
+                group = _load_group(data)
+                silence = silenced_by(silences, group.labels, now)
+                until = silence.expires_at if silence is not None else None
+                group, status = evaluate(group, now, resolve_timeout, until)
+                self._db.execute(
+                    "UPDATE groups SET state = ?, next_eval = ?, data = ? WHERE key = ?",
+                    (group.state, group.next_eval, _dump_group(group), group.key),
+                )
+                if status is None:
+                    if silence is not None:
+                        log.info(
+                            "alert_silenced", alert_id=group.dedup_key, comment=silence.comment
+                        )
+                    continue
+                alert = Alert.of(group, status, resolve_timeout)
+                made.append(alert)
+                self._enqueue(alert, now)
+        return made
+
+    def _enqueue(self, alert: Alert, now: float) -> None:
+        channels = channel_names(self.config, alert.receiver)
+        if not channels:
+            log.warning("alert_receiver_gone", alert_id=alert.dedup_key, receiver=alert.receiver)
+        body = alert.to_json()
+        self._db.executemany(
+            "INSERT OR IGNORE INTO deliveries"
+            " (idem_key, channel, dedup_key, alert, created_at, next_attempt_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (idempotency_key(alert.dedup_key, alert.sequence, name), name,
+                 alert.dedup_key, body, now, now)
+                for name, send_resolved in channels
+                if alert.status == "firing" or send_resolved
+            ],
+        )  # fmt: skip
+
+    # -- the worker side ------------------------------------------------------------
+
+    def claim(self, now: float, limit: int, busy: Iterable[int] = ()) -> list[Delivery]:
+        """Due deliveries, oldest first, skipping `busy` ids and any whose (channel,
+        dedup_key) has an earlier pending delivery (kept in order per incident)."""
+        busy = set(busy)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT d.id, d.idem_key, d.channel, d.alert, d.attempts, d.created_at"
+                " FROM deliveries d WHERE d.state = 'pending' AND d.next_attempt_at <= ?"
+                " AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.channel = d.channel"
+                "   AND e.dedup_key = d.dedup_key AND e.state = 'pending' AND e.id < d.id)"
+                " ORDER BY d.next_attempt_at, d.id LIMIT ?",
+                (now, limit + len(busy)),
+            ).fetchall()
+        out = [
+            Delivery(id=r[0], idem_key=r[1], channel=r[2], alert=Alert.from_json(r[3]),
+                     attempts=r[4], created_at=r[5])
+            for r in rows if r[0] not in busy
+        ]  # fmt: skip
+        return out[:limit]
+
+    def settle(self, outcomes: Sequence[Outcome]) -> None:
+        """Record a batch of attempt outcomes in one transaction."""
+        if not outcomes:
+            return
+        with self._lock, self._transaction():
+            for o in outcomes:
+                d = o.delivery
+                if o.kind == "deferred":
+                    self._db.execute(
+                        "UPDATE deliveries SET next_attempt_at = ? WHERE id = ?", (o.retry_at, d.id)
+                    )
+                    continue
+                self._db.execute(
+                    "INSERT INTO attempts (delivery_id, idem_key, started_at, at, outcome,"
+                    " status_code, retry_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (d.id, d.idem_key, o.started_at, o.at, o.kind, o.status_code, o.retry_at),
+                )
+                if o.kind == "delivered":
+                    self._db.execute(
+                        "UPDATE deliveries SET state = 'delivered', delivered_at = ?,"
+                        " attempts = attempts + 1 WHERE id = ?",
+                        (o.at, d.id),
+                    )
+                elif o.kind == "retry":
+                    self._db.execute(
+                        "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = ?,"
+                        " last_error = ? WHERE id = ?",
+                        (o.retry_at, o.error, d.id),
+                    )
+                else:
+                    self._db.execute(
+                        "INSERT INTO dead_letters (idem_key, channel, alert, attempts,"
+                        " status_code, reason, failed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (d.idem_key, d.channel, d.alert.to_json(), d.attempts + 1,
+                         o.status_code, o.error, o.at),
+                    )  # fmt: skip
+                    self._db.execute("DELETE FROM deliveries WHERE id = ?", (d.id,))
+
+    def next_eval(self) -> float | None:
+        """Earliest group timer (a first notification, repeat or resolve)."""
+        with self._lock:
+            return self._db.execute("SELECT MIN(next_eval) FROM groups").fetchone()[0]
+
+    def next_due(self) -> float | None:
+        """Earliest time anything (a group timer or a delivery) becomes due."""
+        with self._lock:
+            b = self._db.execute(
+                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'"
+            ).fetchone()[0]
+        times = [t for t in (self.next_eval(), b) if t is not None]
+        return min(times) if times else None
+
+    def pending(self) -> int:
+        """Deliveries not yet delivered or dead-lettered."""
+        with self._lock:
+            row = self._db.execute("SELECT COUNT(*) FROM deliveries WHERE state = 'pending'")
+            return int(row.fetchone()[0])
+
+    def dead_letters(self) -> list[tuple[str, str, int | None, str]]:
+        """(idem_key, channel, status_code, reason) of each dead-lettered delivery."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT idem_key, channel, status_code, reason FROM dead_letters ORDER BY id"
+            ).fetchall()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def attempts(self, idem_key: str) -> list[Attempt]:
+        """Each attempt of one delivery, in order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT started_at, at, outcome, status_code, retry_at FROM attempts"
+                " WHERE idem_key = ? ORDER BY started_at",
+                (idem_key,),
+            ).fetchall()
+        return [Attempt(*r) for r in rows]
+
+    def delivered_keys(self) -> set[str]:
+        """Idempotency keys of deliveries the receivers acknowledged."""
+        with self._lock:
+            rows = self._db.execute("SELECT idem_key FROM deliveries WHERE state = 'delivered'")
+            return {r[0] for r in rows.fetchall()}
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _load(self, key: str) -> Group | None:
+        row = self._db.execute("SELECT data FROM groups WHERE key = ?", (key,)).fetchone()
+        return _load_group(row[0]) if row else None
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error (the connection is in autocommit)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def _dump_group(group: Group) -> str:
+    return json.dumps(asdict(group), separators=(",", ":"))
+
+
+def _load_group(text: str) -> Group:
+    data = json.loads(text)
+    data["timing"] = Timing(**data["timing"])
+    data["top_tokens"] = tuple((t, s) for t, s in data["top_tokens"])
+    data["fingerprints"] = tuple(data["fingerprints"])
+    return Group(**data)

@@ -1,0 +1,128 @@
+"""Wiring: the alert sink for serve, and the replay dry run / delivery.
+
+- `open_alert_sink(routes)` is the `AnomalySink` that serve and the Kafka
+  consumer hand anomalies to: `put` commits them into the outbox (so offsets
+  may be committed after it returns) and a background worker delivers.
+- `run_replay_alerts(anomalies, routes, deliver=...)` shows what on-call
+  would have received: grouping runs on event time (each anomaly's
+  `detected_at`), timers fire at the moments they would have, and every group
+  resolves at the end. With `deliver=True` the alerts are then sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from logstream.alerts.alert import Alert, rfc3339
+from logstream.alerts.config import AlertsConfig, load_config
+from logstream.alerts.delivery import BackgroundDelivery, DeliveryWorker
+from logstream.alerts.grouping import NEVER
+from logstream.alerts.outbox import Outbox, channel_names
+from logstream.records import Anomaly
+
+MAX_REPLAY_STEPS = 1_000_000  # timer evaluations after the last anomaly (bounded loop)
+
+
+class AlertSink:
+    """AnomalySink over the outbox; delivers in a background thread when `deliver`."""
+
+    def __init__(
+        self,
+        config: AlertsConfig,
+        *,
+        deliver: bool = True,
+        clock: Callable[[], float] = time.time,
+        outbox_path: str | Path | None = None,
+    ) -> None:
+        path = outbox_path if outbox_path is not None else config.delivery.outbox
+        self.outbox = Outbox(path, config, clock=clock)
+        self.worker = DeliveryWorker(self.outbox, clock=clock)
+        self.outbox.on_put = self.worker.wake
+        self._background = BackgroundDelivery(self.worker) if deliver else None
+        if self._background is not None:
+            self._background.start()
+
+    def put(self, anomalies: Sequence[Anomaly]) -> None:
+        """Durable when it returns: the anomalies are folded into committed groups."""
+        self.outbox.put(anomalies)
+
+    def close(self) -> None:
+        if self._background is not None:
+            self._background.stop()
+        self.outbox.close()
+
+
+def open_alert_sink(routes: str | Path, *, deliver: bool = True) -> AlertSink:
+    """Load a routes file (AlertConfigError on any problem) and open its outbox."""
+    return AlertSink(load_config(routes), deliver=deliver)
+
+
+def run_replay_alerts(
+    anomalies: Iterable[Anomaly],
+    routes: str | Path,
+    *,
+    deliver: bool = False,
+    timeout: float = 60.0,
+    outbox_path: str | Path | None = None,
+) -> tuple[list[Alert], int]:
+    """Alerts on-call would have received, in order; and how many deliveries are still
+    pending (0 unless `deliver` and the receivers did not all answer within `timeout`).
+
+    The dry run keeps its outbox in memory; `deliver` uses `outbox_path` (default: the
+    routes file's outbox with a `.replay` suffix) so a crash loses nothing."""
+    config = load_config(routes)
+    if deliver and outbox_path is None:
+        outbox_path = Path(config.delivery.outbox).with_suffix(".replay.sqlite")
+    event_time = [0.0]
+    outbox = Outbox(outbox_path if deliver else ":memory:", config, clock=lambda: event_time[0])
+    try:
+        alerts: list[Alert] = []
+        for anomaly in anomalies:
+            event_time[0] = max(event_time[0], anomaly.detected_at)
+            alerts += _advance(outbox, until=event_time[0])
+            outbox.put([anomaly])
+        alerts += _advance(outbox, until=NEVER - 1)
+        pending = 0
+        if deliver:
+            pending = drain(outbox, timeout=timeout)
+        return alerts, pending
+    finally:
+        outbox.close()
+
+
+def _advance(outbox: Outbox, until: float) -> list[Alert]:
+    """Fire group timers in time order up to `until` (event-time simulation)."""
+    made: list[Alert] = []
+    for _ in range(MAX_REPLAY_STEPS):
+        due = outbox.next_eval()
+        if due is None or due > until:
+            break
+        made += outbox.flush(due)
+    return made
+
+
+def drain(outbox: Outbox, *, timeout: float) -> int:
+    """Deliver until nothing is pending or `timeout` passes; returns what is still pending."""
+    stop = threading.Event()
+    worker = DeliveryWorker(outbox)
+    timer = threading.Timer(timeout, stop.set)
+    timer.start()
+    try:
+        asyncio.run(worker.run(stop, until_idle=True))
+    finally:
+        timer.cancel()
+    return outbox.pending()
+
+
+def format_alert(alert: Alert, config: AlertsConfig) -> str:
+    """One line per notification, for the replay dry run."""
+    names = [n for n, resolved in channel_names(config, alert.receiver)
+             if alert.status == "firing" or resolved]  # fmt: skip
+    return (
+        f"{rfc3339(alert.notified_at)} {alert.status:<8} #{alert.sequence} {alert.severity:<8} "
+        f"-> {','.join(names) or '(no channel)'}  {alert.summary}"
+    )

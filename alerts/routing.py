@@ -1,0 +1,111 @@
+"""Which receivers an anomaly goes to, and which group (incident) it joins.
+
+Matching follows Alertmanager: a node matches when all its `match` globs (and
+`min_score`) hold; its children are then tried in order; the first matching
+child wins unless it says `continue: true`; a node none of whose children
+match handles the anomaly itself. Timers and `group_by` inherit downwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from logstream.alerts.config import AlertsConfig, Route
+from logstream.alerts.silences import matches
+from logstream.records import Anomaly
+
+DEFAULT_GROUP_BY = ("stream", "template")
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Alertmanager's three grouping timers, in seconds."""
+
+    group_wait: float = 30.0
+    group_interval: float = 300.0
+    repeat_interval: float = 14400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A resolved route: where the anomaly goes and how its group is timed."""
+
+    receiver: str
+    group_by: tuple[str, ...]
+    timing: Timing
+
+
+def anomaly_labels(anomaly: Anomaly) -> dict[str, str]:
+    """The labels routes and silences see. `template` is the miner's id when there is one,
+    else a short hash of the template (or the line with digits masked)."""
+    if anomaly.template_id is not None:
+        template = str(anomaly.template_id)
+    else:
+        text = anomaly.template or _DIGITS.sub("0", anomaly.line)
+        template = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return {
+        "stream": anomaly.stream,
+        "severity": anomaly.severity,
+        "kind": anomaly.kind,
+        "level": anomaly.level or "",
+        "template": template,
+        "source": anomaly.source,
+        "model_id": anomaly.model_id,
+    }
+
+
+def route(config: AlertsConfig, labels: Mapping[str, str], score: float) -> list[Match]:
+    """Receivers (with grouping) for one anomaly; the root always matches."""
+    root = config.route
+    inherited = Match(
+        receiver=root.receiver or "",
+        group_by=tuple(root.group_by or DEFAULT_GROUP_BY),
+        timing=_timing(root, Timing()),
+    )
+    return _children(root, inherited, labels, score) or [inherited]
+
+
+def _children(node: Route, here: Match, labels: Mapping[str, str], score: float) -> list[Match]:
+    out: list[Match] = []
+    for child in node.routes:
+        if not matches(child.match, labels):
+            continue
+        if child.min_score is not None and score < child.min_score:
+            continue
+        resolved = Match(
+            receiver=child.receiver or here.receiver,
+            group_by=tuple(child.group_by) if child.group_by is not None else here.group_by,
+            timing=_timing(child, here.timing),
+        )
+        out += _children(child, resolved, labels, score) or [resolved]
+        if not child.continue_:
+            break
+    return out
+
+
+def _timing(node: Route, parent: Timing) -> Timing:
+    return Timing(
+        group_wait=parent.group_wait if node.group_wait is None else node.group_wait,
+        group_interval=(
+            parent.group_interval if node.group_interval is None else node.group_interval
+        ),
+        repeat_interval=(
+            parent.repeat_interval if node.repeat_interval is None else node.repeat_interval
+        ),
+    )
+
+
+def group_key(match: Match, labels: Mapping[str, str]) -> str:
+    """Stable text key of a group: receiver plus the `group_by` label values."""
+    grouped = {name: labels.get(name, "") for name in match.group_by}
+    return match.receiver + ":" + json.dumps(grouped, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(labels: Mapping[str, str]) -> str:
+    """One distinct alert inside a group: its stream and template."""
+    return labels["stream"] + "\x00" + labels["template"]
