@@ -105,10 +105,11 @@ def _advance(outbox: Outbox, until: float) -> list[Alert]:
     return made
 
 
-def drain(outbox: Outbox, *, timeout: float) -> int:
-    """Deliver until nothing is pending or `timeout` passes; returns what is still pending."""
+def drain(outbox: Outbox, *, timeout: float, clock: Callable[[], float] = time.time) -> int:
+    """Deliver until nothing is pending or `timeout` (real seconds) passes; returns what
+    is still pending. `clock` drives the group timers and retry schedule."""
     stop = threading.Event()
-    worker = DeliveryWorker(outbox)
+    worker = DeliveryWorker(outbox, clock=clock)
     timer = threading.Timer(timeout, stop.set)
     timer.start()
     try:

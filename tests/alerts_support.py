@@ -1,0 +1,78 @@
+"""Shared pieces of the alert tests: anomalies, routes files, a settable clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from logstream.records import Anomaly
+
+
+class FakeClock:
+    """A clock the test moves by hand, so grouping timers need no sleeping."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def anomaly(
+    stream: str = "prod-api",
+    template_id: int = 7,
+    line: str = "ERROR disk /dev/sda1 failed with 500",
+    severity: str = "critical",
+    score: float = 9.0,
+    detected_at: float = 0.0,
+) -> Anomaly:
+    return Anomaly(
+        stream=stream,
+        line=line,
+        score=score,
+        threshold=4.0,
+        surprisal=score,
+        severity=severity,
+        level="error",
+        template_id=template_id,
+        template="ERROR disk <PATH> failed with <*>",
+        top_tokens=(("failed", 8.5), ("sda1", 6.0)),
+        source="test",
+        offset=1,
+        model_id="tiny-test-model",
+        detected_at=detected_at,
+    )
+
+
+def write_routes(tmp_path: Path, receivers: list[dict[str, Any]], **top: Any) -> Path:
+    """A routes file: one root route to the first receiver, fast timers, tiny backoff."""
+    doc: dict[str, Any] = {
+        "global": {"resolve_timeout": "10m"},
+        "route": {
+            "receiver": receivers[0]["name"],
+            "group_wait": "0s",
+            "group_interval": "1m",
+            "repeat_interval": "1h",
+        },
+        "receivers": receivers,
+        "delivery": {
+            "outbox": str(tmp_path / "outbox.sqlite"),
+            "backoff": {"base": "20ms", "factor": 2, "max": "200ms", "jitter": 0.5},
+            "poll_interval": "20ms",
+            "synchronous": "normal",
+        },
+    }
+    for name, value in top.items():
+        doc[name] = value if not isinstance(value, dict) else {**doc.get(name, {}), **value}
+    path = tmp_path / "alerts.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def webhook(name: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "webhook_configs": [{"url": url + "/hook", "timeout": "1s", **extra}]}
