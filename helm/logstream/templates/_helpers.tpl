@@ -1,0 +1,157 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "logstream.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "logstream.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "logstream.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "logstream.labels" -}}
+helm.sh/chart: {{ include "logstream.chart" . }}
+{{ include "logstream.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/component: detector
+app.kubernetes.io/part-of: logstream
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "logstream.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "logstream.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The name of the ServiceAccount to use.
+*/}}
+{{- define "logstream.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "logstream.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container image: "<repository>:<tag>", tag defaulting to "<appVersion>-<flavor>".
+*/}}
+{{- define "logstream.image" -}}
+{{- $flavor := .Values.image.flavor | default (ternary "cuda" "cpu" .Values.gpu.enabled) }}
+{{- $tag := .Values.image.tag | default (printf "%s-%s" .Chart.AppVersion $flavor) }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+
+{{/*
+Deep-merge the map (index . 1) into the map (index . 0), in place; renders nothing. Unlike
+sprig's mergeOverwrite, an empty or null value (topics: [], a null pattern, false) overrides
+too, as a user who writes it means it.
+*/}}
+{{- define "logstream.deepMerge" -}}
+{{- $dst := index . 0 }}
+{{- range $key, $value := index . 1 }}
+{{- if and (kindIs "map" $value) (kindIs "map" (get $dst $key)) }}
+{{- include "logstream.deepMerge" (list (get $dst $key) $value) }}
+{{- else }}
+{{- $_ := set $dst $key $value }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The serve config as a YAML document: files/serve.yaml, deep-merged with config.serve, and the
+paths the chart owns (model.dir, and model.device on GPU pods). Every template that needs a
+setting (the http port, the consumer group, the brokers) reads it from here, so the ConfigMap,
+the probes and the KEDA trigger cannot disagree.
+*/}}
+{{- define "logstream.serveConfig" -}}
+{{- $config := .Files.Get "files/serve.yaml" | fromYaml }}
+{{- include "logstream.deepMerge" (list $config (deepCopy .Values.config.serve)) }}
+{{- $model := get $config "model" | default dict }}
+{{- $_ := set $model "dir" .Values.model.mountPath }}
+{{- if .Values.gpu.enabled }}
+{{- $_ := set $model "device" "cuda" }}
+{{- end }}
+{{- $_ := set $config "model" $model }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The alert routes as a YAML document: files/alerts.yaml deep-merged with config.alerts; empty
+when neither has any.
+*/}}
+{{- define "logstream.alertsConfig" -}}
+{{- $config := .Files.Get "files/alerts.yaml" | fromYaml | default dict }}
+{{- include "logstream.deepMerge" (list $config (deepCopy .Values.config.alerts)) }}
+{{- if $config }}
+{{- toYaml $config }}
+{{- end }}
+{{- end }}
+
+{{/*
+The HTTP port of /healthz, /readyz and /metrics: the config's http.port.
+*/}}
+{{- define "logstream.httpPort" -}}
+{{- $config := include "logstream.serveConfig" . | fromYaml }}
+{{- $http := get $config "http" | default dict }}
+{{- get $http "port" | default 8080 | int }}
+{{- end }}
+
+{{/*
+The name of the Secret with the credentials; empty when there is none.
+*/}}
+{{- define "logstream.secretName" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecret }}
+{{- else if .Values.secrets.create }}
+{{- printf "%s-credentials" (include "logstream.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Reject value combinations that the schema cannot express; included by the Deployment.
+*/}}
+{{- define "logstream.validate" -}}
+{{- if and .Values.keda.enabled .Values.autoscaling.enabled }}
+{{- fail "keda.enabled and autoscaling.enabled are mutually exclusive: KEDA creates its own HPA, and two autoscalers on one Deployment fight. Enable one." }}
+{{- end }}
+{{- if and .Values.secrets.existingSecret .Values.secrets.create }}
+{{- fail "secrets.existingSecret and secrets.create are mutually exclusive: use an existing Secret or let the chart make one." }}
+{{- end }}
+{{- if and .Values.keda.enabled .Values.keda.authentication.enabled (not (include "logstream.secretName" .)) }}
+{{- fail "keda.authentication.enabled needs a credentials Secret: set secrets.existingSecret or secrets.create." }}
+{{- end }}
+{{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
+{{- fail "model.source initContainer needs model.initContainer.image.repository." }}
+{{- end }}
+{{- end }}
