@@ -1,7 +1,68 @@
-"""Pick the implementation: Triton for CUDA tensors, the torch reference on CPU."""
+"""Pick the implementation: Triton for CUDA tensors, the torch reference on CPU.
+
+`LOGSTREAM_FORCE_TRITON=1` sends CPU tensors to the Triton kernels too; with
+`TRITON_INTERPRET=1` set before Triton is first imported, they run in Triton's
+interpreter (how CI tests the kernels without a GPU). The switch is read on
+every call, so a process can compare both paths. Triton is imported only when
+a kernel is first used, so CPU-only installs never load it.
+"""
 
 from __future__ import annotations
 
-from logstream.kernels.reference import ring_write, sink_ring_attention
+import os
+from typing import Literal
 
-__all__ = ["ring_write", "sink_ring_attention"]
+import torch
+
+from logstream.kernels import reference
+
+Backend = Literal["triton", "reference"]
+FORCE_TRITON_ENV = "LOGSTREAM_FORCE_TRITON"
+
+
+def backend_for(x: torch.Tensor) -> Backend:
+    """The implementation a call with tensors on x's device takes."""
+    if x.is_cuda or os.environ.get(FORCE_TRITON_ENV) == "1":
+        return "triton"
+    return "reference"
+
+
+def ring_write(
+    ring_k: torch.Tensor,
+    ring_v: torch.Tensor,
+    slots: torch.Tensor,
+    head: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    chunk_len: torch.Tensor,
+) -> None:
+    """Scatter the chunk's K/V into ring slots (head + i) mod L, in place (reference.py)."""
+    if backend_for(ring_k) == "triton":
+        from logstream.kernels import ring_write as kernel
+
+        kernel.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len)
+    else:
+        reference.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len)
+
+
+def sink_ring_attention(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    sink_k: torch.Tensor,
+    sink_v: torch.Tensor,
+    ring_k: torch.Tensor,
+    ring_v: torch.Tensor,
+    slots: torch.Tensor,
+    head: torch.Tensor,
+    fill: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention over sinks + ring + chunk: (out [B, H, T, D], lse [B, H, T] fp32)."""
+    args = (q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin)
+    if backend_for(q) == "triton":
+        from logstream.kernels import sink_ring_attention as kernel
+
+        return kernel.sink_ring_attention(*args)
+    return reference.sink_ring_attention(*args)

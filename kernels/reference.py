@@ -94,7 +94,7 @@ def sink_ring_attention(
     Returns (out [B, H, T, D] in q's dtype, logsumexp [B, H, T] in fp32).
     Padding queries (t >= chunk_len) produce values that callers ignore.
     """
-    B, H, T, D = q.shape
+    _, H, T, D = q.shape
     Hkv, S = sink_k.shape[0], sink_k.shape[1]
     L = ring_k.shape[2]
     G = H // Hkv  # query heads per kv head (GQA)

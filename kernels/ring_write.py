@@ -1,0 +1,81 @@
+"""Triton ring write: scatter a chunk's K/V into each stream's ring, in place.
+
+Same contract as `reference.ring_write` (layouts in reference.py): token i of
+stream b goes to ring slot (head[b] + i) mod L of pool slot slots[b], for
+i < chunk_len[b]. Keys are stored before RoPE, as they come. The kernel
+allocates nothing and never syncs with the host, so it can sit inside a
+captured CUDA graph.
+
+One program copies BLOCK_T tokens x D of one (stream, kv head) for both K and
+V. A chunk is a few KiB per stream and layer, so this is launch-bound; a
+variant over all layers at once would save (layers - 1) launches per step
+only if the engine kept every layer's new K/V alive until the end of the
+step, which costs more than the launches inside a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _ring_write_kernel(
+    RING_K, RING_V, K_NEW, V_NEW, SLOTS, HEAD, CHUNK_LEN,
+    s_rn, s_rh, s_rl, s_rd,  # ring_k/ring_v strides [N, Hkv, L, D]
+    s_nb, s_nh, s_nt, s_nd,  # k_new/v_new strides [B, Hkv, T, D]
+    T, L,
+    D: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    t = tl.program_id(2) * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    d = tl.arange(0, D)  # [D]
+    slot = tl.load(SLOTS + b)
+    head = tl.load(HEAD + b)
+    n = tl.load(CHUNK_LEN + b)
+    tl.device_assert(n <= L, "a chunk longer than the ring would overwrite itself")
+    keep = (t < n) & (t < T)  # [BLOCK_T]
+    ring_pos = (head + t) % L  # [BLOCK_T]
+    src = b * s_nb + h * s_nh + t[:, None] * s_nt + d[None, :] * s_nd  # [BLOCK_T, D]
+    dst = slot * s_rn + h * s_rh + ring_pos[:, None] * s_rl + d[None, :] * s_rd
+    mask = keep[:, None]
+    tl.store(RING_K + dst, tl.load(K_NEW + src, mask=mask), mask=mask)
+    tl.store(RING_V + dst, tl.load(V_NEW + src, mask=mask), mask=mask)
+
+
+def ring_write(
+    ring_k: torch.Tensor,
+    ring_v: torch.Tensor,
+    slots: torch.Tensor,
+    head: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    chunk_len: torch.Tensor,
+) -> None:
+    """Scatter the chunk's K/V into slots (head + i) mod L of each stream's ring, in place.
+
+    ring_k, ring_v [N, Hkv, L, D]; k_new, v_new [B, Hkv, T, D] (any strides);
+    slots, head, chunk_len [B] integer. chunk_len <= L is the caller's promise:
+    checking it would sync with the host, so only debug builds assert it.
+    """
+    B, Hkv, T, D = k_new.shape
+    N, _, L, _ = ring_k.shape
+    assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
+    assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
+    assert v_new.shape == k_new.shape and v_new.stride() == k_new.stride(), "k_new/v_new differ"
+    assert k_new.dtype == v_new.dtype == ring_k.dtype == ring_v.dtype, "one dtype for K/V and ring"
+    assert slots.shape == head.shape == chunk_len.shape == (B,), "slots/head/chunk_len must be [B]"
+    assert D & (D - 1) == 0, f"head_dim {D} must be a power of two"
+    assert T <= L, f"chunk of {T} tokens exceeds the ring's {L} slots"
+    if B == 0 or T == 0:
+        return
+    block_t = min(triton.next_power_of_2(T), max(1, 4096 // D))  # <= 4K elements per program
+    grid = (B, Hkv, triton.cdiv(T, block_t))
+    _ring_write_kernel[grid](
+        ring_k, ring_v, k_new, v_new, slots, head, chunk_len,
+        *ring_k.stride(), *k_new.stride(),
+        T, L,
+        D=D, BLOCK_T=block_t,
+    )  # fmt: skip

@@ -1,0 +1,286 @@
+"""Triton fused sink + ring attention, with RoPE applied in the kernel.
+
+Same contract as `reference.sink_ring_attention` (layouts and positions in
+reference.py): a chunk of T queries per stream attends, causally, over the
+shared sinks, the stream's ring read in place from the pool through `slots`
+(no gather copy) and the chunk's own keys. Returns (out [B, H, T, D] in q's
+dtype, lse [B, H, T] fp32, natural log).
+
+One program owns one (stream, kv head) and BLOCK_M query rows, a row being a
+(token t, query head g) pair of that kv head's group: with T = 1 (decode)
+every K/V byte is read from memory once for all G query heads (GQA). It runs
+flash-style: an online softmax over key blocks, sinks first, then the ring's
+filled slots oldest to newest, then the chunk. RoPE uses cache-relative
+positions (reference.py): window keys and queries at the chunk-relative index
++ L, sinks at 0..S-1 with the query rotated again at its true position. Each
+key is rotated once per program, as two halves, so the score is two dots of
+depth D/2.
+
+Split-K (flash-decoding): when B x Hkv programs cannot fill the GPU, the
+filled ring is cut into `num_splits` ranges, each program writes a partial
+(out, lse) in fp32 and a small torch merge combines them. Split 0 also takes
+the sinks, the last split the chunk.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _rope_halves(x1, x2, COS, SIN, pos, h, stride_p, mask, HALF: tl.constexpr):
+    """Rotate halves x1, x2 [R, HALF] at positions pos [R] (HF rotate_half layout).
+
+    Returns the rotated halves in fp32: x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2.
+    """
+    lo = pos[:, None] * stride_p + h[None, :]  # [R, HALF]
+    c1 = tl.load(COS + lo, mask=mask, other=0.0)
+    s1 = tl.load(SIN + lo, mask=mask, other=0.0)
+    c2 = tl.load(COS + lo + HALF, mask=mask, other=0.0)
+    s2 = tl.load(SIN + lo + HALF, mask=mask, other=0.0)
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    return x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + a @ b. DOT_F32 feeds exact fp32 copies: Triton's interpreter multiplies
+    bf16 operands as their raw uint16 bits (3.9 `create_dot`); on a GPU it is off."""
+    if DOT_F32:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def _attend_block(
+    acc, m_i, l_i, q1, q2, K, V, COS, SIN, key_off, pos_k, visible, valid_k,
+    s_kd, stride_p, qk_scale,
+    HALF: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """One online-softmax step over a block of keys.
+
+    key_off [N]: element offsets of the keys (pool/sink/chunk layout folded in);
+    pos_k [N]: their RoPE positions; visible [M, N]: which rows see which keys.
+    acc [M, 2 * HALF], m_i and l_i [M] are carried in fp32, m_i in log2 units.
+    """
+    h = tl.arange(0, HALF)
+    kmask = valid_k[:, None]
+    k_ptr = K + key_off[:, None] + h[None, :] * s_kd  # [N, HALF]
+    k1, k2 = _rope_halves(
+        tl.load(k_ptr, mask=kmask, other=0.0),
+        tl.load(k_ptr + HALF * s_kd, mask=kmask, other=0.0),
+        COS, SIN, pos_k, h, stride_p, kmask, HALF,
+    )  # fmt: skip
+    dt = q1.dtype
+    qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
+    qk = _dot(q2, tl.trans(k2.to(dt)), qk, PRECISION, DOT_F32)
+    qk = tl.where(visible, qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    d = tl.arange(0, 2 * HALF)
+    v = tl.load(V + key_off[:, None] + d[None, :] * s_kd, mask=kmask, other=0.0)  # [N, D]
+    acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION, DOT_F32)
+    return acc, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _sink_ring_attention_kernel(
+    Q, K_NEW, V_NEW, SINK_K, SINK_V, RING_K, RING_V, SLOTS, HEAD, FILL, COS, SIN, OUT, LSE,
+    s_qb, s_qh, s_qt, s_qd,  # q [B, H, T, D]
+    s_nb, s_nh, s_nt, s_nd,  # k_new/v_new [B, Hkv, T, D]
+    s_sh, s_ss, s_sd,  # sink_k/sink_v [Hkv, S, D]
+    s_rn, s_rh, s_rl, s_rd,  # ring_k/ring_v [N, Hkv, L, D]
+    s_os, s_ob, s_oh, s_ot,  # out [splits, B, H, T, D] (last dim contiguous)
+    s_ls, s_lb, s_lh,  # lse [splits, B, H, T] (last dim contiguous)
+    stride_p,  # cos/sin [P, D] row stride (last dim contiguous)
+    T, S, L, Hkv, qk_scale,
+    G: tl.constexpr, HALF: tl.constexpr, SPLITS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0) // Hkv
+    kvh = tl.program_id(0) % Hkv
+    pid_m = tl.program_id(1)
+    split = tl.program_id(2)
+
+    # Rows: r = t * G + g, query head kvh * G + g.
+    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [M]
+    t = r // G
+    qh = kvh * G + r % G
+    row_ok = r < T * G
+    h = tl.arange(0, HALF)
+    slot = tl.load(SLOTS + b)
+    head = tl.load(HEAD + b)
+    fill = tl.load(FILL + b)
+
+    q_ptr = Q + b * s_qb + qh[:, None] * s_qh + t[:, None] * s_qt + h[None, :] * s_qd
+    q1 = tl.load(q_ptr, mask=row_ok[:, None], other=0.0)  # [M, HALF]
+    q2 = tl.load(q_ptr + HALF * s_qd, mask=row_ok[:, None], other=0.0)
+    dt = q1.dtype
+    # Window frame: query t at L + t. Sink frame: the true position S + W_t - 1.
+    qw1, qw2 = _rope_halves(q1, q2, COS, SIN, L + t, h, stride_p, row_ok[:, None], HALF)
+    qw1, qw2 = qw1.to(dt), qw2.to(dt)
+    pos_sink_q = S + tl.minimum(fill + t + 1, L) - 1
+    qs1, qs2 = _rope_halves(q1, q2, COS, SIN, pos_sink_q, h, stride_p, row_ok[:, None], HALF)
+    qs1, qs2 = qs1.to(dt), qs2.to(dt)
+
+    acc = tl.zeros([BLOCK_M, 2 * HALF], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: a fully masked block is a no-op
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    n = tl.arange(0, BLOCK_N)
+
+    # Sinks (split 0): keys at positions 0..S-1, seen by every row.
+    sink_base = kvh * s_sh
+    s_end = tl.where(split == 0, S, 0)
+    for s0 in range(0, s_end, BLOCK_N):
+        s = s0 + n
+        ok = s < S
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, qs1, qs2, SINK_K + sink_base, SINK_V + sink_base, COS, SIN,
+            s * s_ss, s, row_ok[:, None] & ok[None, :], ok, s_sd, stride_p, qk_scale,
+            HALF, PRECISION, DOT_F32,
+        )  # fmt: skip
+
+    # Ring: the j-th oldest filled entry (j < fill) has age fill - j, slot (head - age) mod L,
+    # window position L - age; row t sees it if t + age <= L - 1. Split-K cuts j into ranges.
+    per_split = tl.cdiv(fill, SPLITS)
+    j_lo = split * per_split
+    j_hi = tl.minimum(j_lo + per_split, fill)
+    ring_base = slot * s_rn + kvh * s_rh
+    for j0 in range(j_lo, j_hi, BLOCK_N):
+        j = j0 + n
+        ok = j < j_hi
+        age = fill - j
+        ring_slot = (head - age + L) % L
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, qw1, qw2, RING_K + ring_base, RING_V + ring_base, COS, SIN,
+            ring_slot * s_rl, L - age, (t[:, None] + age[None, :] <= L - 1) & ok[None, :], ok,
+            s_rd, stride_p, qk_scale, HALF, PRECISION, DOT_F32,
+        )  # fmt: skip
+
+    # Chunk (last split): key j at L + j, causal; this block's rows need keys j <= t_max.
+    chunk_base = b * s_nb + kvh * s_nh
+    t_max = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // G, T - 1)
+    c_end = tl.where(split == SPLITS - 1, t_max + 1, 0)
+    for c0 in range(0, c_end, BLOCK_N):
+        j = c0 + n
+        ok = j < T
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, qw1, qw2, K_NEW + chunk_base, V_NEW + chunk_base, COS, SIN,
+            j * s_nt, L + j, (j[None, :] <= t[:, None]) & ok[None, :], ok,
+            s_nd, stride_p, qk_scale, HALF, PRECISION, DOT_F32,
+        )  # fmt: skip
+
+    # A split that saw no key (l = 0) leaves out = 0 and lse = -inf for the merge.
+    seen = l_i > 0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse2 = m_i + tl.log2(tl.where(seen, l_i, 1.0))  # log2 units
+    lse = tl.where(seen, lse2 * 0.6931471805599453, -float("inf"))
+    d = tl.arange(0, 2 * HALF)
+    o_ptr = OUT + split * s_os + b * s_ob + qh[:, None] * s_oh + t[:, None] * s_ot + d[None, :]
+    tl.store(o_ptr, out, mask=row_ok[:, None])
+    tl.store(LSE + split * s_ls + b * s_lb + qh * s_lh + t, lse, mask=row_ok)
+
+
+def _pick_splits(programs: int, L: int, device: torch.device) -> int:
+    """Split the ring only when B x Hkv x row blocks leaves SMs idle (flash-decoding)."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(math.ceil(2 * sms / programs), L // 256))
+
+
+def sink_ring_attention(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    sink_k: torch.Tensor,
+    sink_v: torch.Tensor,
+    ring_k: torch.Tensor,
+    ring_v: torch.Tensor,
+    slots: torch.Tensor,
+    head: torch.Tensor,
+    fill: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    num_splits: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention of a chunk over sinks + ring + itself (see reference.py).
+
+    q [B, H, T, D], k_new/v_new [B, Hkv, T, D], sink_k/sink_v [Hkv, S, D],
+    ring_k/ring_v [N, Hkv, L, D] (any strides; ring_k/ring_v share one layout),
+    slots/head/fill [B] integer, cos/sin [P, D] fp32 with P >= max(S + L, L + T).
+    `num_splits` overrides the split-K heuristic (1 on CPU). No host sync: the
+    call can be captured in a CUDA graph. Returns (out [B, H, T, D] in q's
+    dtype, lse [B, H, T] fp32).
+    """
+    B, H, T, D = q.shape
+    Hkv, S = sink_k.shape[0], sink_k.shape[1]
+    N, _, L, _ = ring_k.shape
+    dtype = q.dtype
+    assert dtype in (torch.float32, torch.bfloat16, torch.float16), f"unsupported dtype {dtype}"
+    assert H % Hkv == 0, f"{H} query heads are not a multiple of {Hkv} kv heads"
+    assert k_new.shape == v_new.shape == (B, Hkv, T, D), "k_new/v_new must be [B, Hkv, T, D]"
+    assert k_new.stride() == v_new.stride(), "k_new and v_new must share a layout"
+    assert sink_k.shape == sink_v.shape == (Hkv, S, D), "sink_k/sink_v must be [Hkv, S, D]"
+    assert sink_k.stride() == sink_v.stride(), "sink_k and sink_v must share a layout"
+    assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
+    assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
+    tensors = (k_new, v_new, sink_k, sink_v, ring_k, ring_v)
+    assert all(x.dtype == dtype for x in tensors), "q, K/V, sinks and ring share one dtype"
+    assert slots.shape == head.shape == fill.shape == (B,), "slots/head/fill must be [B]"
+    assert D >= 16 and D & (D - 1) == 0, f"head_dim {D} must be a power of two >= 16"
+    if q.is_cuda and dtype != torch.float32:
+        assert D >= 32, "16-bit tl.dot needs depth D/2 >= 16, so head_dim >= 32"
+    assert 1 <= T <= L, f"chunk of {T} tokens must be 1..L={L}"
+    assert cos.shape == sin.shape and cos.shape[1] == D, "cos/sin must be [P, D]"
+    assert cos.dtype == sin.dtype == torch.float32, "cos/sin must be fp32"
+    assert cos.stride() == sin.stride() and cos.stride(1) == 1, "cos/sin: one contiguous layout"
+    assert cos.shape[0] >= max(S + L, L + T), f"RoPE tables need >= {max(S + L, L + T)} rows"
+
+    G = H // Hkv
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    # The interpreter runs whole blocks as numpy ops: bigger blocks, fewer steps.
+    block_m = min(triton.next_power_of_2(T * G), 128 if interpret else 64)
+    block_m = max(block_m, 16)
+    block_n = 64
+    programs = triton.cdiv(T * G, block_m) * B * Hkv
+    splits = num_splits or _pick_splits(programs, L, q.device)
+    assert splits >= 1, "num_splits must be >= 1"
+
+    sink_strides = sink_k.stride()
+    if S == 0:  # no sinks: the loop never reads them, but a launch needs a real pointer
+        sink_k, sink_v = ring_k, ring_v
+    out = torch.empty(B, H, T, D, device=q.device, dtype=dtype)
+    lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
+    if splits == 1:  # write the result directly
+        part_out, part_lse = out[None], lse[None]
+    else:
+        part_out = torch.empty(splits, B, H, T, D, device=q.device, dtype=torch.float32)
+        part_lse = torch.empty(splits, B, H, T, device=q.device, dtype=torch.float32)
+    grid = (B * Hkv, triton.cdiv(T * G, block_m), splits)
+    _sink_ring_attention_kernel[grid](
+        q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin,
+        part_out, part_lse,
+        *q.stride(), *k_new.stride(), *sink_strides, *ring_k.stride(),
+        *part_out.stride()[:4], *part_lse.stride()[:3], cos.stride(0),
+        T, S, L, Hkv, D**-0.5 * _LOG2E,
+        G=G, HALF=D // 2, SPLITS=splits, BLOCK_M=block_m, BLOCK_N=block_n,
+        PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
+        num_warps=4, num_stages=2,
+    )  # fmt: skip
+    if splits > 1:  # merge partial softmaxes: weights exp(lse_s - lse)
+        torch.logsumexp(part_lse, dim=0, out=lse)
+        weights = torch.exp(part_lse - lse)  # [splits, B, H, T]
+        out.copy_((weights[..., None] * part_out).sum(0))
+    return out, lse

@@ -1,0 +1,183 @@
+"""Triton kernels equal the torch reference, run by Triton's interpreter on CPU.
+
+The kernels run in a worker process with TRITON_INTERPRET=1 (see
+kernels_interpreter.py for why not in this process); the reference runs here.
+Shapes are small because the interpreter is slow, but every case that changes
+the control flow is covered: wrap-around, partial and empty rings, ragged
+chunks, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a power
+of two, split-K, strided inputs and the three dtypes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import torch
+from kernels_interpreter import Interpreter
+
+from logstream.kernels import reference
+from logstream.kernels.dispatch import FORCE_TRITON_ENV, backend_for
+
+ATTENTION = "logstream.kernels.sink_ring_attention:sink_ring_attention"
+# fp32 matches to rounding. bf16: the interpreter truncates fp32 -> bf16 (a GPU rounds to
+# nearest) and the kernel feeds P in bf16 to the P @ V product, as flash attention does.
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 4e-2}
+
+
+@pytest.fixture(scope="module")
+def interpreter() -> Iterator[Interpreter]:
+    worker = Interpreter()
+    yield worker
+    worker.close()
+
+
+@dataclass(frozen=True)
+class Case:
+    B: int = 3
+    H: int = 4
+    Hkv: int = 2
+    T: int = 1
+    D: int = 16
+    S: int = 4
+    L: int = 37  # not a power of two
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+
+
+def make_inputs(c: Case, fill: list[int] | None = None, head: list[int] | None = None) -> dict:
+    """Random K/V/q, a pool with more slots than streams, RoPE tables as the engine builds them."""
+    g = torch.Generator().manual_seed(c.seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(c.dtype)
+
+    N = c.B + 2
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, c.D, 2).float() / c.D))
+    cos, sin = reference.rope_tables(inv_freq, c.S + 2 * c.L)
+    return {
+        "q": randn(c.B, c.H, c.T, c.D),
+        "k_new": randn(c.B, c.Hkv, c.T, c.D),
+        "v_new": randn(c.B, c.Hkv, c.T, c.D),
+        "sink_k": randn(c.Hkv, c.S, c.D),
+        "sink_v": randn(c.Hkv, c.S, c.D),
+        "ring_k": randn(N, c.Hkv, c.L, c.D),
+        "ring_v": randn(N, c.Hkv, c.L, c.D),
+        "slots": torch.randperm(N, generator=g)[: c.B],
+        "head": torch.tensor(head) if head else torch.randint(0, c.L, (c.B,), generator=g),
+        "fill": torch.tensor(fill) if fill else torch.randint(0, c.L + 1, (c.B,), generator=g),
+        "cos": cos,
+        "sin": sin,
+    }
+
+
+def check_attention(interpreter: Interpreter, inputs: dict, dtype: torch.dtype, **kw) -> None:
+    want_out, want_lse = reference.sink_ring_attention(**inputs)
+    got_out, got_lse = interpreter.call(ATTENTION, **inputs, **kw)
+    tol = TOLERANCE[dtype]
+    assert got_out.dtype == dtype and got_lse.dtype == torch.float32
+    torch.testing.assert_close(got_out, want_out, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_lse, want_lse, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("S", [1, 4, 64])
+@pytest.mark.parametrize("G", [1, 2, 4], ids=["mha", "gqa2", "gqa4"])
+def test_decode_step_matches_reference(interpreter: Interpreter, S: int, G: int) -> None:
+    """T = 1 over full, partial, empty and wrapped rings, for sink counts and GQA ratios."""
+    c = Case(B=4, H=2 * G, Hkv=2, T=1, S=S, seed=S * 10 + G)
+    inputs = make_inputs(c, fill=[c.L, 5, 0, c.L], head=[3, 5, 0, 0])
+    check_attention(interpreter, inputs, c.dtype)
+
+
+@pytest.mark.parametrize("T", [7, 128])
+def test_chunk_is_causal_over_wrapped_ring(interpreter: Interpreter, T: int) -> None:
+    """A chunk of T queries sees the ring (aging out its oldest entries) plus itself, causally."""
+    c = Case(B=3, T=T, L=130 if T == 128 else 37, S=4, seed=T)
+    inputs = make_inputs(c, fill=[c.L, c.L - 3, 2], head=[c.L - 2, 7, 2])
+    check_attention(interpreter, inputs, c.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_half_precision_matches_reference(interpreter: Interpreter, dtype: torch.dtype) -> None:
+    """16-bit caches give the reference's output to 16-bit accuracy; lse stays fp32."""
+    c = Case(B=3, H=4, Hkv=2, T=7, D=32, dtype=dtype, seed=5)
+    check_attention(interpreter, make_inputs(c), dtype)
+
+
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_k_merge_matches_reference(interpreter: Interpreter, splits: int) -> None:
+    """Cutting the ring into ranges and merging partial softmaxes changes nothing (incl. fill 0)."""
+    c = Case(B=4, H=8, Hkv=2, T=3, seed=40 + splits)
+    inputs = make_inputs(c, fill=[c.L, 11, 0, 1], head=[9, 11, 0, c.L - 1])
+    check_attention(interpreter, inputs, c.dtype, num_splits=splits)
+
+
+def test_no_sinks_matches_reference(interpreter: Interpreter) -> None:
+    """S = 0 (an engine without a pattern prompt) attends to the window only."""
+    c = Case(S=0, T=5, seed=7)
+    check_attention(interpreter, make_inputs(c), c.dtype)
+
+
+def test_strided_inputs_match_reference(interpreter: Interpreter) -> None:
+    """q/k/v as the engine passes them ([B, T, H, D] transposed) are read in place."""
+    c = Case(B=2, T=6, seed=11)
+    inputs = make_inputs(c)
+    for name in ("q", "k_new", "v_new"):
+        inputs[name] = inputs[name].transpose(1, 2).contiguous().transpose(1, 2)
+    assert not inputs["q"].is_contiguous()
+    check_attention(interpreter, inputs, c.dtype)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shapes_match_reference(interpreter: Interpreter, seed: int) -> None:
+    """Seeded random B, heads, GQA ratio, T, D, S and L (mostly not powers of two)."""
+    g = torch.Generator().manual_seed(100 + seed)
+
+    def pick(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+    Hkv, L = pick(1, 3), pick(5, 70)
+    c = Case(
+        B=pick(1, 5), Hkv=Hkv, H=Hkv * pick(1, 4), T=pick(1, min(L, 20)),
+        D=(16, 32)[pick(0, 1)], S=pick(0, 9), L=L, seed=seed,
+    )  # fmt: skip
+    check_attention(interpreter, make_inputs(c), c.dtype)
+
+
+def ring_write_returning(**inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Worker side: the dispatch's ring write, returning the rings it wrote."""
+    from logstream.kernels.dispatch import ring_write
+
+    ring_write(**inputs)
+    return inputs["ring_k"], inputs["ring_v"]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "T", "L"), [(torch.float32, 7, 37), (torch.bfloat16, 1, 13), (torch.float32, 64, 67)]
+)
+def test_ring_write_matches_reference(
+    interpreter: Interpreter, dtype: torch.dtype, T: int, L: int
+) -> None:
+    """Ragged chunks (0..T tokens) land at (head + i) mod L, wrapping; nothing else changes."""
+    c = Case(B=4, T=T, L=L, dtype=dtype, seed=T)
+    x = make_inputs(c, head=[L - 2, 0, 5, L - 1])
+    chunk_len = torch.tensor([T, 0, max(1, T // 2), T])
+    args = {k: x[k] for k in ("ring_k", "ring_v", "slots", "head", "k_new", "v_new")}
+    for name in ("k_new", "v_new"):  # the engine's layout: [B, T, Hkv, D] transposed
+        args[name] = args[name].transpose(1, 2).contiguous().transpose(1, 2)
+    want_k, want_v = args["ring_k"].clone(), args["ring_v"].clone()
+    reference.ring_write(want_k, want_v, x["slots"], x["head"], x["k_new"], x["v_new"], chunk_len)
+    got_k, got_v = interpreter.call(
+        "test_kernels_triton:ring_write_returning", **args, chunk_len=chunk_len
+    )
+    assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+def test_dispatch_follows_device_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU tensors take the reference unless LOGSTREAM_FORCE_TRITON=1 forces Triton."""
+    x = torch.zeros(1)
+    monkeypatch.delenv(FORCE_TRITON_ENV, raising=False)
+    assert backend_for(x) == "reference"
+    monkeypatch.setenv(FORCE_TRITON_ENV, "1")
+    assert backend_for(x) == "triton"
