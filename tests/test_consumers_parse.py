@@ -1,0 +1,111 @@
+"""Raw message -> LogRecord: formats, stream keys, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
+from logstream.records import LogRecord
+from logstream.settings import InputSettings
+
+
+def _parse(
+    value: bytes | None, key: bytes | None = None, **settings: object
+) -> LogRecord | Rejected:
+    return RecordParser(InputSettings(**settings)).parse(value, key=key, source="t/0", offset=7)
+
+
+def test_plain_line_keeps_source_and_offset() -> None:
+    """A plain message becomes its line, with source and offset; trailing newline dropped."""
+    record = _parse(b"INFO ok\r\n", key=b"web-1")
+    assert record == LogRecord("INFO ok", stream="web-1", source="t/0", offset=7)
+
+
+def test_inner_line_breaks_become_spaces() -> None:
+    """A multi-line message stays one line (the model reads a newline as a line end)."""
+    assert _parse(b"ERROR boom\n  at x\n  at y").line == "ERROR boom   at x   at y"
+
+
+def test_json_message_field_by_dotted_path() -> None:
+    """format json reads the line from a nested field, as log shippers send it."""
+    value = json.dumps({"log": {"message": "WARN disk 91%"}, "host": "db-1"}).encode()
+    record = _parse(value, format="json", message_field="log.message")
+    assert record.line == "WARN disk 91%"
+
+
+def test_stream_from_json_field() -> None:
+    """stream_key json_field takes the stream from a JSON field."""
+    value = json.dumps({"message": "x", "kubernetes": {"pod": "api-7"}}).encode()
+    record = _parse(value, format="json", stream_key="json_field", stream_field="kubernetes.pod")
+    assert record.stream == "api-7"
+
+
+def test_stream_from_regex_group_or_whole_match() -> None:
+    """stream_key regex takes group 1 when the regex has one, else the whole match."""
+    line = b"081109 203615 INFO dfs.DataNode: Receiving block blk_-1608999687919862906 src"
+    assert (
+        _parse(line, stream_key="regex", stream_regex=r"blk_-?\d+").stream
+        == "blk_-1608999687919862906"
+    )
+    assert (
+        _parse(line, stream_key="regex", stream_regex=r"blk_(-?\d+)").stream
+        == "-1608999687919862906"
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "value", "key"),
+    [
+        ({"stream_key": "message_key"}, b"line", None),
+        ({"stream_key": "regex", "stream_regex": r"host=(\w+)"}, b"no host here", None),
+        (
+            {"format": "json", "stream_key": "json_field", "stream_field": "h"},
+            b'{"message": "x"}',
+            None,
+        ),
+        ({"stream_key": "none"}, b"line", b"ignored-key"),
+    ],
+)
+def test_stream_falls_back_to_default(settings: dict, value: bytes, key: bytes | None) -> None:
+    """No key / no match / no field (or stream_key none): the default stream, not an error."""
+    assert _parse(value, key=key, default_stream="all", **settings).stream == "all"
+
+
+@pytest.mark.parametrize(
+    ("value", "settings", "kind"),
+    [
+        (b"\xff\xfe bad bytes", {}, "undecodable"),
+        (b"x" * 65, {"max_message_bytes": 64}, "oversized"),
+        (b"{not json", {"format": "json"}, "bad_json"),
+        (b"[1, 2]", {"format": "json"}, "bad_json"),
+        (b'{"msg": "x"}', {"format": "json"}, "missing_field"),
+        (b'{"message": 5}', {"format": "json"}, "missing_field"),
+        (b"", {}, "empty"),
+        (None, {}, "empty"),
+        (b"  \n", {}, "empty"),
+        (b'{"message": "  "}', {"format": "json"}, "empty"),
+    ],
+)
+def test_bad_input_is_rejected_with_its_kind(
+    value: bytes | None, settings: dict, kind: str
+) -> None:
+    """Bad input is a Rejected of the right kind, never an exception."""
+    rejected = _parse(value, **settings)
+    assert isinstance(rejected, Rejected)
+    assert rejected.kind == kind
+
+
+def test_reject_log_counts_every_one_and_logs_first_of_each_kind(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """RejectLog counts all rejects but logs only the first of each kind."""
+    rejects = RejectLog()
+    for _ in range(3):
+        rejects.add(Rejected("bad_json", "x"))
+    rejects.add(Rejected("empty", "y"))
+    assert rejects.counts["bad_json"] == 3
+    assert rejects.counts["empty"] == 1
+    logged = capsys.readouterr().out + capsys.readouterr().err
+    assert logged.count("bad record skipped") == 2
