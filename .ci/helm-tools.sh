@@ -28,16 +28,29 @@ mkdir -p "$TOOLS/bin" "$STAMPS"
 fresh() { [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
 stamp() { printf '%s' "$2" >"$STAMPS/$1"; }
 
-if ! fresh helm "$HELM_VERSION" || [ ! -x "$TOOLS/bin/helm" ]; then
+if ! fresh helm "$HELM_VERSION+ldflags" || [ ! -x "$TOOLS/bin/helm" ]; then
     echo "helm-tools: go install helm $HELM_VERSION"
-    GOBIN="$TOOLS/bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-    stamp helm "$HELM_VERSION"
+    # The ldflags of helm's own Makefile: without them `helm version` is blank and helm assumes
+    # Kubernetes 1.20 (too old for the chart's kubeVersion) where no --kube-version is given.
+    # The Kubernetes version is the one of the client-go that this helm release builds with.
+    helm_mod="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
+        "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')"
+    k8s_minor="$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_mod")"
+    GOBIN="$TOOLS/bin" go install -ldflags "-s -w \
+        -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+        -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+        -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor \
+        -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+        -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor" \
+        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+    stamp helm "$HELM_VERSION+ldflags"
 fi
 
-if ! fresh kubeconform "$KUBECONFORM_VERSION" || [ ! -x "$TOOLS/bin/kubeconform" ]; then
+if ! fresh kubeconform "$KUBECONFORM_VERSION+ldflags" || [ ! -x "$TOOLS/bin/kubeconform" ]; then
     echo "helm-tools: go install kubeconform $KUBECONFORM_VERSION"
-    GOBIN="$TOOLS/bin" go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
-    stamp kubeconform "$KUBECONFORM_VERSION"
+    GOBIN="$TOOLS/bin" go install -ldflags "-s -w -X main.version=$KUBECONFORM_VERSION" \
+        "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+    stamp kubeconform "$KUBECONFORM_VERSION+ldflags"
 fi
 
 K8S_SCHEMAS="$TOOLS/schemas/kubernetes"
@@ -72,5 +85,5 @@ fi
 
 # tests/test_chart.py reads the Kubernetes version to validate against from here.
 printf '%s' "$KUBERNETES_VERSION" >"$TOOLS/schemas/kubernetes-version"
-# `go install` builds carry no version stamp of their own, so report the pins.
-echo "helm-tools: ready: helm $HELM_VERSION, kubeconform $KUBECONFORM_VERSION, Kubernetes $KUBERNETES_VERSION schemas"
+echo "helm-tools: ready: helm $("$TOOLS/bin/helm" version --short), kubeconform $("$TOOLS/bin/kubeconform" -v)," \
+    "Kubernetes $KUBERNETES_VERSION schemas"
