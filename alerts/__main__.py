@@ -16,51 +16,12 @@ import getpass
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 
-from pydantic import ValidationError
-
-from logstream.alerts.config import (
-    AlertConfigError,
-    Silence,
-    describe,
-    load_config,
-    parse_duration,
-)
+from logstream.alerts.config import AlertConfigError, load_config, parse_duration
 from logstream.alerts.delivery import DeliveryWorker
 from logstream.alerts.outbox import Outbox
-from logstream.alerts.silences import add_silence
-
-
-def parse_matchers(pairs: Sequence[str]) -> dict[str, str]:
-    """['stream=hdfs-*', 'severity=critical'] -> {'stream': 'hdfs-*', ...}."""
-    out = {}
-    for pair in pairs:
-        name, sep, glob = pair.partition("=")
-        if not sep or not name:
-            raise AlertConfigError(f"--match {pair!r}: expected LABEL=GLOB")
-        out[name.strip()] = glob.strip()
-    return out
-
-
-def silence_command(
-    routes: str, matchers: dict[str, str], duration: float, comment: str, created_by: str
-) -> Silence:
-    """Add a silence to the routes file's `silences_file`; returns it."""
-    config = load_config(routes)
-    if not config.silences_file:
-        raise AlertConfigError(f"{routes}: silences_file is not set; the CLI writes silences there")
-    now = time.time()
-    try:
-        silence = Silence(
-            matchers=matchers, starts_at=now, expires_at=now + duration,
-            created_by=created_by, comment=comment,
-        )  # fmt: skip
-    except ValidationError as exc:
-        raise AlertConfigError(f"silence: {describe(exc)}") from None
-    add_silence(config.silences_file, silence)
-    return silence
+from logstream.alerts.silences import parse_matchers, silence_for
 
 
 def deliver_command(routes: str, until_idle: bool) -> int:
@@ -103,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "deliver":
             return deliver_command(args.routes, args.until_idle)
-        made = silence_command(
+        made = silence_for(
             args.routes, parse_matchers(args.match), parse_duration(args.duration),
             args.comment, args.by,
         )  # fmt: skip

@@ -9,6 +9,7 @@ during an incident takes effect at the next evaluation without a restart.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -17,7 +18,7 @@ import structlog
 import yaml
 from pydantic import ValidationError
 
-from logstream.alerts.config import AlertConfigError, Silence
+from logstream.alerts.config import AlertConfigError, Silence, describe, load_config
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +74,36 @@ def add_silence(path: str | Path, silence: Silence) -> list[Silence]:
     )
     os.replace(tmp, path)
     return silences
+
+
+def parse_matchers(pairs: Sequence[str]) -> dict[str, str]:
+    """['stream=hdfs-*', 'severity=critical'] -> {'stream': 'hdfs-*', ...}."""
+    out = {}
+    for pair in pairs:
+        name, sep, glob = pair.partition("=")
+        if not sep or not name:
+            raise AlertConfigError(f"--match {pair!r}: expected LABEL=GLOB")
+        out[name.strip()] = glob.strip()
+    return out
+
+
+def silence_for(
+    routes: str | Path, matchers: dict[str, str], duration: float, comment: str, created_by: str
+) -> Silence:
+    """Add a silence to the routes file's `silences_file`; returns it."""
+    config = load_config(routes)
+    if not config.silences_file:
+        raise AlertConfigError(f"{routes}: silences_file is not set; the CLI writes silences there")
+    now = time.time()
+    try:
+        silence = Silence(
+            matchers=matchers, starts_at=now, expires_at=now + duration,
+            created_by=created_by, comment=comment,
+        )  # fmt: skip
+    except ValidationError as exc:
+        raise AlertConfigError(f"silence: {describe(exc)}") from None
+    add_silence(config.silences_file, silence)
+    return silence
 
 
 class SilenceSet:
