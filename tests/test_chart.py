@@ -1,0 +1,647 @@
+"""The Helm chart in helm/logstream, checked with the real helm and kubeconform CLIs.
+
+`.ci/helm-tools.sh` installs pinned helm and kubeconform into `.tools/bin` and the Kubernetes
+and CRD (KEDA, ServiceMonitor) JSON schemas into `.tools/schemas`. Without them these tests
+skip with that hint, except in CI (CI=true), where a missing tool is a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from logstream.settings import load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "helm" / "logstream"
+TOOLS = REPO / ".tools"
+SCHEMAS = TOOLS / "schemas"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+ALL_FEATURES = CHART / "ci" / "all-features-values.yaml"
+TIMEOUT_S = 120
+
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def _tool(name: str) -> str:
+    """Path of a CLI from .tools/bin (or PATH); skip without it, fail without it in CI."""
+    pinned = TOOLS / "bin" / name
+    found = str(pinned) if pinned.is_file() else shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed: run .ci/helm-tools.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    return _tool("helm")
+
+
+@pytest.fixture(scope="session")
+def kube_version() -> str:
+    """The Kubernetes version that .ci/helm-tools.sh fetched schemas for (e.g. v1.33.0)."""
+    _tool("kubeconform")
+    marker = SCHEMAS / "kubernetes-version"
+    if not marker.is_file():
+        message = "Kubernetes JSON schemas are not installed: run .ci/helm-tools.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return marker.read_text(encoding="utf-8").strip()
+
+
+def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+
+
+def _template_args(helm: str, values: list[Path], sets: list[str]) -> list[str]:
+    args = [helm, "template", "t", str(CHART), "--namespace", "obs"]
+    for path in values:
+        args += ["--values", str(path)]
+    for item in sets:
+        # JSON for lists and maps (`topics=["a"]`), helm's --set syntax for scalars.
+        is_json = item.partition("=")[2][:1] in ("[", "{")
+        args += ["--set-json" if is_json else "--set", item]
+    return args
+
+
+def render_text(helm: str, values: list[Path] | None = None, sets: list[str] | None = None) -> str:
+    """`helm template` output; fails the test with helm's stderr if it does not render."""
+    result = _run(_template_args(helm, values or [], sets or []))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def render(
+    helm: str, values: list[Path] | None = None, sets: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The rendered objects, in helm's order."""
+    text = render_text(helm, values, sets)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = [obj for obj in objects if obj["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, got {len(matches)}"
+    return matches[0]
+
+
+def kinds(objects: list[dict[str, Any]]) -> set[str]:
+    return {obj["kind"] for obj in objects}
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "logstream")
+
+
+def serve_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(one(objects, "ConfigMap")["data"]["serve.yaml"])
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No LOGSTREAM_* variables of the developer's shell leak into settings validation."""
+    for name in list(os.environ):
+        if name.startswith("LOGSTREAM_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def _values_id(path: Path | None) -> str:
+    return "defaults" if path is None else path.name.removesuffix("-values.yaml")
+
+
+VALUE_SETS = [None, *CI_VALUES]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=_values_id)
+def test_chart_lints_clean(helm: str, values: Path | None) -> None:
+    """`helm lint --strict` passes with the defaults and with each ci/*-values.yaml."""
+    args = [helm, "lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
+    result = _run(args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=_values_id)
+def test_rendered_manifests_pass_kubeconform_strict(
+    helm: str, kube_version: str, values: Path | None
+) -> None:
+    """Every rendered object validates against the Kubernetes/CRD schemas; none is skipped."""
+    text = render_text(helm, [values] if values else [])
+    count = sum(1 for doc in yaml.safe_load_all(text) if doc)
+    result = _run(
+        [
+            _tool("kubeconform"),
+            "-strict",
+            "-summary",
+            "-output",
+            "json",
+            "-kubernetes-version",
+            kube_version.removeprefix("v"),
+            "-schema-location",
+            str(SCHEMAS / "kubernetes")
+            + "/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}"
+            + "/{{ .ResourceKind }}{{ .KindSuffix }}.json",
+            "-schema-location",
+            str(SCHEMAS / "crds")
+            + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json",
+            "-",
+        ],
+        stdin=text,
+    )
+    report = json.loads(result.stdout)
+    assert result.returncode == 0, json.dumps(report["resources"], indent=1)
+    assert report["summary"] == {"valid": count, "invalid": 0, "errors": 0, "skipped": 0}
+
+
+def test_kubeconform_rejects_an_unknown_field(helm: str, kube_version: str) -> None:
+    """Validation is strict: a misspelt Deployment field fails it, so a pass means something."""
+    text = render_text(helm).replace("  replicas: 1\n", "  replicas: 1\n  replicaz: 1\n", 1)
+    assert "replicaz" in text
+    result = _run(
+        [
+            _tool("kubeconform"),
+            "-strict",
+            "-kubernetes-version",
+            kube_version.removeprefix("v"),
+            "-schema-location",
+            str(SCHEMAS / "kubernetes")
+            + "/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}"
+            + "/{{ .ResourceKind }}{{ .KindSuffix }}.json",
+            "-",
+        ],
+        stdin=text,
+    )
+    assert result.returncode == 1
+    assert "replicaz" in result.stdout
+
+
+def test_defaults_render_only_the_core_objects(helm: str) -> None:
+    """Defaults: Deployment, ConfigMap, metrics Service, ServiceAccount, PDB; nothing optional."""
+    objects = render(helm)
+    assert kinds(objects) == {
+        "Deployment",
+        "ConfigMap",
+        "Service",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    }
+
+
+def test_all_features_render_every_optional_object(helm: str) -> None:
+    """all-features: GPU, KEDA + auth, ServiceMonitor, PDB, existing Secret, init-container model"""
+    objects = render(helm, [ALL_FEATURES])
+    assert {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PodDisruptionBudget"} <= (
+        kinds(objects)
+    )
+    assert "HorizontalPodAutoscaler" not in kinds(objects)
+    assert "Secret" not in kinds(objects)  # the existing one is referenced, not made
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert container(objects)["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert [c["name"] for c in pod["initContainers"]] == ["model"]
+    assert {"secretRef": {"name": "logstream-credentials"}} in container(objects)["envFrom"]
+
+
+def test_each_pod_is_one_consumer_and_replicas_follow_the_autoscaler(helm: str) -> None:
+    """replicaCount sets the replicas; with KEDA or an HPA the Deployment leaves them to it."""
+    fixed = one(render(helm, sets=["replicaCount=3"]), "Deployment")
+    assert fixed["spec"]["replicas"] == 3
+    for values in ("keda-values.yaml", "hpa-values.yaml"):
+        scaled = one(render(helm, [CHART / "ci" / values]), "Deployment")
+        assert "replicas" not in scaled["spec"], values
+
+
+def test_keda_trigger_watches_the_serve_consumer_group(helm: str) -> None:
+    """The ScaledObject's consumerGroup, brokers and topic are the rendered serve config's."""
+    objects = render(
+        helm,
+        [CHART / "ci" / "keda-values.yaml"],
+        [
+            "config.serve.kafka.group_id=detectors-eu",
+            "config.serve.kafka.bootstrap_servers=b-1:9092\\,b-2:9092",
+            'config.serve.kafka.topics=["app-logs"]',
+        ],
+    )
+    kafka = serve_config(objects)["kafka"]
+    trigger = one(objects, "ScaledObject")["spec"]["triggers"][0]
+    assert trigger["type"] == "kafka"
+    assert kafka["group_id"] == trigger["metadata"]["consumerGroup"] == "detectors-eu"
+    assert (
+        kafka["bootstrap_servers"] == trigger["metadata"]["bootstrapServers"] == "b-1:9092,b-2:9092"
+    )
+    assert kafka["topics"] == [trigger["metadata"]["topic"]] == ["app-logs"]
+
+
+def test_keda_with_topic_pattern_watches_all_topics_of_the_group(helm: str) -> None:
+    """With kafka.topic_pattern (no fixed topic list) the trigger names no topic."""
+    objects = render(
+        helm,
+        [CHART / "ci" / "keda-values.yaml"],
+        ["config.serve.kafka.topics=[]", "config.serve.kafka.topic_pattern=logs\\..*"],
+    )
+    assert serve_config(objects)["kafka"]["topics"] == []
+    assert "topic" not in one(objects, "ScaledObject")["spec"]["triggers"][0]["metadata"]
+
+
+def test_keda_logs_in_like_the_app(helm: str) -> None:
+    """SASL_SSL in the serve config gives the trigger sasl + tls and a TriggerAuthentication."""
+    objects = render(helm, [CHART / "ci" / "keda-sasl-values.yaml"])
+    trigger = one(objects, "ScaledObject")["spec"]["triggers"][0]
+    auth = one(objects, "TriggerAuthentication")
+    assert trigger["metadata"]["sasl"] == "scram_sha512"
+    assert trigger["metadata"]["tls"] == "enable"
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    refs = {ref["parameter"]: (ref["name"], ref["key"]) for ref in auth["spec"]["secretTargetRef"]}
+    assert refs == {
+        "username": ("logstream-kafka", "LOGSTREAM_KAFKA__SASL_USERNAME"),
+        "password": ("logstream-kafka", "LOGSTREAM_KAFKA__SASL_PASSWORD"),
+    }
+
+
+def test_keda_and_hpa_together_fail_rendering(helm: str) -> None:
+    """Enabling KEDA and the HPA at once is refused with a clear message."""
+    result = _run(_template_args(helm, [], ["keda.enabled=true", "autoscaling.enabled=true"]))
+    assert result.returncode != 0
+    assert "keda.enabled and autoscaling.enabled are mutually exclusive" in result.stderr
+
+
+def test_config_change_rolls_the_pods(helm: str) -> None:
+    """checksum/config changes with the rendered config, and only with it."""
+
+    def checksum(sets: list[str]) -> str:
+        deployment = one(render(helm, sets=sets), "Deployment")
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    base = checksum([])
+    assert checksum(["replicaCount=2"]) == base
+    assert checksum(["config.serve.kafka.group_id=other"]) != base
+    assert checksum(["config.alerts.global.resolve_timeout=10m"]) != base
+
+
+def test_chart_default_config_is_the_repository_config() -> None:
+    """helm/logstream/files/*.yaml are byte-identical copies of configs/ (serve and alerts)."""
+    for name in ("serve.yaml", "alerts.yaml"):
+        chart_copy = CHART / "files" / name
+        assert chart_copy.read_bytes() == (REPO / "configs" / name).read_bytes(), (
+            f"{chart_copy} differs from configs/{name}: cp configs/{name} {chart_copy}"
+        )
+
+
+def test_chart_default_serve_config_validates(clean_env: pytest.MonkeyPatch) -> None:
+    """The chart's serve.yaml is a valid `logstream serve` config as it stands."""
+    settings = load_settings(CHART / "files" / "serve.yaml")
+    assert settings.kafka.group_id
+
+
+@pytest.mark.parametrize(
+    ("values", "secret_env"),
+    [
+        (None, {}),
+        # SASL: the password comes from the credentials Secret as an env var, as in the pod.
+        (ALL_FEATURES, {"LOGSTREAM_KAFKA__SASL_PASSWORD": "from-the-secret"}),
+    ],
+    ids=["defaults", "all-features"],
+)
+def test_rendered_serve_config_validates(
+    helm: str,
+    values: Path | None,
+    secret_env: dict[str, str],
+    clean_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The ConfigMap's serve.yaml passes logstream.settings, with the model dir the chart mounts."""
+    for name, value in secret_env.items():
+        clean_env.setenv(name, value)
+    objects = render(helm, [values] if values else [])
+    config = tmp_path / "serve.yaml"
+    config.write_text(one(objects, "ConfigMap")["data"]["serve.yaml"], encoding="utf-8")
+    settings = load_settings(config)
+    mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "model")
+    assert settings.model.dir == Path(mount["mountPath"])
+    assert settings.http.port == container(objects)["ports"][0]["containerPort"]
+
+
+def test_rendered_alert_routes_validate_with_the_secret_in_place(
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """alerts.yaml loads once the credentials Secret provides its ${ENV} and file: references."""
+    from logstream.alerts.config import load_config
+
+    objects = render(helm, [CHART / "ci" / "chart-secret-values.yaml"])
+    routes = one(objects, "ConfigMap")["data"]["alerts.yaml"]
+    mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "credentials")
+    # The Secret's keys as the pod sees them: env vars, and files under the secrets mount.
+    for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", routes):
+        clean_env.setenv(name, f"https://127.0.0.1/{name}")
+    for path in re.findall(r"file:(\S+)", routes):
+        assert path.startswith(mount["mountPath"] + "/"), path
+        (tmp_path / Path(path).name).write_text("secret\n", encoding="utf-8")
+    routes = routes.replace(f"file:{mount['mountPath']}/", f"file:{tmp_path}/")
+    (tmp_path / "alerts.yaml").write_text(routes, encoding="utf-8")
+    assert load_config(tmp_path / "alerts.yaml").receivers
+
+
+def test_pod_is_non_root_with_a_read_only_root_filesystem(helm: str) -> None:
+    """Non-root pod, read-only root; /tmp and the working dir (outbox, sink) are emptyDirs."""
+    objects = render(helm)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    main = container(objects)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = {
+        m["mountPath"]: volumes[m["name"]]
+        for m in main["volumeMounts"]
+        if not m.get("readOnly", False)
+    }
+    assert set(writable) == {"/tmp", main["workingDir"]}
+    assert all("emptyDir" in volume for volume in writable.values())
+    # The alert outbox is a relative path, so it lands in the writable working directory.
+    routes = yaml.safe_load(one(objects, "ConfigMap")["data"]["alerts.yaml"])
+    assert not Path(routes["delivery"]["outbox"]).is_absolute()
+
+
+def test_probes_cover_startup_readiness_and_liveness_on_the_config_port(helm: str) -> None:
+    """startup + liveness on /healthz, readiness on /readyz, all on the config's http.port."""
+    objects = render(helm, sets=["config.serve.http.port=9123"])
+    main = container(objects)
+    assert main["ports"] == [{"name": "http", "containerPort": 9123, "protocol": "TCP"}]
+    assert main["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    startup = main["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # time to load a model
+    assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_termination_grace_outlasts_the_shutdown_grace(helm: str) -> None:
+    """SIGKILL comes after the config's shutdown_grace_seconds (last batch committed first)."""
+    objects = render(helm, sets=["config.serve.shutdown_grace_seconds=45"])
+    grace = one(objects, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > 45
+
+
+def test_gpu_values_request_a_gpu_on_gpu_nodes(helm: str) -> None:
+    """gpu.enabled: nvidia.com/gpu limit, GPU nodeSelector + toleration, CUDA image, device cuda."""
+    objects = render(helm, [CHART / "ci" / "gpu-values.yaml"], ["nodeSelector.pool=inference"])
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    main = container(objects)
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert main["image"].endswith("-cuda")
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "inference"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+        pod["tolerations"]
+    )
+    assert pod["runtimeClassName"] == "nvidia"
+    assert serve_config(objects)["model"]["device"] == "cuda"
+
+
+def test_cpu_pods_do_not_touch_gpus(helm: str) -> None:
+    """Without gpu.enabled: CPU image, no GPU limit, no GPU scheduling constraints."""
+    objects = render(helm)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert container(objects)["image"] == "logstream:0.1.0-cpu"
+    assert "nvidia.com/gpu" not in container(objects)["resources"].get("limits", {})
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_existing_secret_is_referenced_not_created(helm: str) -> None:
+    """secrets.existingSecret: env vars and files from that Secret; the chart makes none."""
+    objects = render(helm, [CHART / "ci" / "existing-secret-values.yaml"])
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert "Secret" not in kinds(objects)
+    assert container(objects)["envFrom"] == [{"secretRef": {"name": "logstream-credentials"}}]
+    volume = next(v for v in pod["volumes"] if v["name"] == "credentials")
+    assert volume["secret"]["secretName"] == "logstream-credentials"
+
+
+def test_chart_made_secret_holds_the_values_and_rolls_the_pods(helm: str) -> None:
+    """secrets.create: a Secret with the given data, referenced by the pod, checksummed."""
+    objects = render(helm, [CHART / "ci" / "chart-secret-values.yaml"])
+    secret = one(objects, "Secret")
+    assert base64.b64decode(secret["data"]["PAGERDUTY_ROUTING_KEY"]) == b"not-a-real-key"
+    assert container(objects)["envFrom"] == [{"secretRef": {"name": secret["metadata"]["name"]}}]
+    annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/secret" in annotations
+
+
+def test_existing_and_chart_made_secret_together_fail(helm: str) -> None:
+    """secrets.existingSecret with secrets.create is refused."""
+    result = _run(_template_args(helm, [], ["secrets.existingSecret=mine", "secrets.create=true"]))
+    assert result.returncode != 0
+    assert "mutually exclusive" in result.stderr
+
+
+def test_model_from_init_container_fills_an_empty_dir(helm: str) -> None:
+    """model.source initContainer: the model image copies into an emptyDir mounted read-only."""
+    objects = render(helm, [CHART / "ci" / "model-init-values.yaml"])
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    init = pod["initContainers"][0]
+    assert init["image"] == "registry.example/logstream-model:hdfs-2026-11-29"
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == "model")
+    assert "emptyDir" in volume
+    assert {"name": "model", "mountPath": "/model-volume"} in init["volumeMounts"]
+
+
+def test_model_from_pvc_is_mounted_read_only(helm: str) -> None:
+    """model.source pvc (the default): the claim is mounted read-only at model.mountPath."""
+    objects = render(helm, sets=["model.pvc.claimName=hdfs-model", "model.pvc.subPath=v3"])
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "model")
+    assert volume["persistentVolumeClaim"] == {"claimName": "hdfs-model", "readOnly": True}
+    mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "model")
+    assert mount == {
+        "name": "model",
+        "mountPath": "/models/logstream",
+        "readOnly": True,
+        "subPath": "v3",
+    }
+
+
+def test_pdb_takes_min_available_or_max_unavailable(helm: str) -> None:
+    """The PDB uses minAvailable when set, otherwise maxUnavailable; it can be switched off."""
+    assert one(render(helm), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    pdb = one(render(helm, [CHART / "ci" / "pdb-values.yaml"]), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]
+    assert "PodDisruptionBudget" not in kinds(
+        render(helm, sets=["podDisruptionBudget.enabled=false"])
+    )
+
+
+def test_service_monitor_scrapes_metrics_with_additional_labels(helm: str) -> None:
+    """The ServiceMonitor selects the metrics Service's port and carries additionalLabels."""
+    objects = render(helm, [CHART / "ci" / "servicemonitor-values.yaml"])
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+
+
+def test_every_object_carries_the_standard_labels(helm: str) -> None:
+    """app.kubernetes.io/* and helm.sh/chart on every object and on the pod template."""
+    objects = render(helm, [ALL_FEATURES])
+    labelled = [*objects, one(objects, "Deployment")["spec"]["template"]]
+    for obj in labelled:
+        labels = obj["metadata"]["labels"]
+        assert all(key in labels for key in STANDARD_LABELS), obj["metadata"]
+        assert labels["app.kubernetes.io/instance"] == "t"
+
+
+def test_name_overrides_apply_to_every_object(helm: str) -> None:
+    """fullnameOverride names every object; nameOverride sets app.kubernetes.io/name."""
+    objects = render(helm, [ALL_FEATURES], ["fullnameOverride=ls"])
+    assert {obj["metadata"]["name"] for obj in objects} == {"ls"}
+    named = render(helm, sets=["nameOverride=detector"])
+    assert {obj["metadata"]["name"] for obj in named} == {"t-detector"}
+    assert {obj["metadata"]["labels"]["app.kubernetes.io/name"] for obj in named} == {"detector"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("replicaCount=two", "replicaCount"),
+        ("gpu.enabledd=true", "enabledd"),
+        ("keda.lagThreshold=lots", "lagThreshold"),
+        ("model.source=s3", "source"),
+    ],
+)
+def test_bad_values_fail_at_render_time(helm: str, setting: str, field: str) -> None:
+    """values.schema.json rejects wrong types, unknown keys and unknown choices."""
+    result = _run(_template_args(helm, [], [setting]))
+    assert result.returncode != 0
+    assert field in result.stderr
+
+
+def _value_keys() -> Iterator[tuple[int, str, list[str]]]:
+    """(line number, key, comment block above it) for each key line of values.yaml."""
+    lines = (CHART / "values.yaml").read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        match = re.match(r"^(\s*)([A-Za-z][\w.-]*):", line)
+        if not match:
+            continue
+        comments = []
+        for previous in reversed(lines[: number - 1]):
+            if not previous.strip().startswith("#"):
+                break
+            comments.insert(0, previous.strip())
+        yield number, match.group(1) + match.group(2), comments
+
+
+def test_every_values_key_is_documented() -> None:
+    """Each key of values.yaml has a comment above it, except inside a documented (`# --`) value."""
+    undocumented = []
+    documented_indent: int | None = None  # indent of the enclosing `# --` value, if any
+    for number, key, comments in _value_keys():
+        indent = len(key) - len(key.lstrip())
+        if documented_indent is not None and indent > documented_indent:
+            continue
+        documented_indent = None
+        if not comments:
+            undocumented.append(f"values.yaml:{number}: {key.strip()}")
+        elif comments[0].startswith("# --"):
+            documented_indent = indent
+    assert undocumented == []
+
+
+def test_every_optional_feature_has_a_ci_values_file() -> None:
+    """Each `enabled:` switch of values.yaml is turned on by some ci/*-values.yaml."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    switches = [
+        key for key, value in defaults.items() if isinstance(value, dict) and "enabled" in value
+    ]
+    enabled_by_ci = set()
+    for path in CI_VALUES:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+        enabled_by_ci |= {key for key in switches if (values.get(key) or {}).get("enabled")}
+    assert {"gpu", "keda", "autoscaling", "serviceMonitor", "podDisruptionBudget"} <= set(switches)
+    assert set(switches) == enabled_by_ci
+
+
+def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(
+    helm: str, tmp_path: Path
+) -> None:
+    """NOTES.txt renders and tells the user the group, the model PVC and the Secret keys needed."""
+    # `helm template` never renders NOTES.txt and `helm install --dry-run` needs a cluster, so
+    # render it through the real template engine from a copy of the chart.
+    chart = tmp_path / "logstream"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
+    (chart / "templates" / "notes-under-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n',
+        encoding="utf-8",
+    )
+    result = _run(
+        [helm, "template", "t", str(chart), "--show-only", "templates/notes-under-test.yaml"]
+    )
+    assert result.returncode == 0, result.stderr
+    notes = yaml.safe_load(result.stdout)["data"]["notes"]
+    group = yaml.safe_load((CHART / "files" / "serve.yaml").read_text(encoding="utf-8"))
+    assert f'consumer group "{group["kafka"]["group_id"]}"' in notes
+    assert 'PersistentVolumeClaim "t-logstream-model"' in notes
+    routes = one(render(helm), "ConfigMap")["data"]["alerts.yaml"]
+    env_refs = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", routes)
+    assert env_refs  # the default routes do need secrets
+    for name in env_refs:
+        assert f"  {name}  (environment variable)" in notes
+
+
+def _dockerfile_stages(path: Path) -> list[list[str]]:
+    """Instructions of each build stage (continuation lines joined, comments dropped)."""
+    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
+    stages: list[list[str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(line)
+    return stages
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_dockerfile_is_multistage_non_root_serve_image(helm: str, flavor: str) -> None:
+    """Dockerfile.<flavor>: build + runtime stages; `logstream serve` as the chart's non-root user.
+
+    No Docker engine runs here, so the images are not built; this checks what the chart relies on.
+    """
+    stages = _dockerfile_stages(REPO / "helm" / "docker" / f"Dockerfile.{flavor}")
+    assert len(stages) >= 2
+    runtime = stages[-1]
+    assert any(line.startswith("COPY --from=build ") for line in runtime)
+    user = [line.split()[1] for line in runtime if line.startswith("USER ")]
+    pod = one(render(helm), "Deployment")["spec"]["template"]["spec"]["securityContext"]
+    assert user == [f"{pod['runAsUser']}:{pod['runAsGroup']}"]
+    assert 'ENTRYPOINT ["logstream", "serve"]' in runtime
+    args = container(render(helm))["args"]
+    assert f"CMD {json.dumps(args)}" in runtime
