@@ -337,13 +337,16 @@ async def serve(settings: ServeSettings) -> int:
         server.shutdown()
 
 
-def main(config_path: Path | str | None) -> int:
-    """`logstream serve --config FILE`: settings or model errors are one line and exit 2."""
+def main(config_path: Path | str | None, check: bool = False) -> int:
+    """`logstream serve --config FILE [--check]`: settings or model errors are one line, exit 2."""
     try:
         settings = load_settings(config_path)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if check:
+        print(f"config ok: {config_path}", file=sys.stderr)
+        return 0
     configure_logging(settings.log_format, settings.log_level)
     try:
         return asyncio.run(serve(settings))

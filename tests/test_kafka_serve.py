@@ -1,0 +1,389 @@
+"""`logstream serve` against a real Kafka broker: end to end, crash, rebalance, poison, restart.
+
+Each test runs the real command in a subprocess (`python -m logstream.cli serve`),
+produces with aiokafka, and reads what serve wrote: its sink, its audit log
+(one line per scored line, written after the sink and before the commit), its
+/metrics, and the group's committed offsets from the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kafka_broker import (
+    KafkaBroker,
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    free_port,
+    produce,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from logstream.synth import STREAM_KEY, generate_lines
+
+pytestmark = pytest.mark.kafka
+WAIT_S = 120.0  # bound on every wait below (model load + scoring on a busy 2-core machine)
+ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown opcode in module qwzx"
+
+
+def normal_lines(n: int, seed: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) messages: synthetic normal lines keyed by their host."""
+    out = []
+    for line in generate_lines(n, seed=seed).lines:
+        host = re.search(STREAM_KEY, line)
+        out.append(((host.group(1) if host else "default").encode(), line.encode()))
+    return out
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Poll `condition` until truthy (bounded); fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.endswith("}")]  # a torn last line is skipped
+
+
+class Serve:
+    """A `logstream serve` subprocess with its own config, sink, audit log and port."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        broker: KafkaBroker,
+        model_dir: Path,
+        topic: str,
+        group: str,
+        **extra: Any,
+    ) -> None:
+        name = uuid.uuid4().hex[:6]
+        self.port = free_port()
+        self.sink = tmp_path / f"anomalies-{name}.jsonl"
+        self.audit = tmp_path / f"audit-{name}.jsonl"
+        self.stderr_path = tmp_path / f"serve-{name}.log"
+        config: dict[str, Any] = {
+            "model": {"dir": str(model_dir)},
+            "kafka": {
+                "bootstrap_servers": broker.bootstrap,
+                "topics": [topic],
+                "group_id": group,
+                "max_poll_records": 64,
+                "session_timeout_ms": 10_000,
+                "heartbeat_interval_ms": 1_000,
+            },
+            "sink": {"kind": "jsonl", "path": str(self.sink)},
+            "http": {"host": "127.0.0.1", "port": self.port},
+            "audit_log": str(self.audit),
+            "log_format": "json",
+            "shutdown_grace_seconds": 30,
+        }
+        for section, values in extra.items():
+            if isinstance(values, dict):
+                config.setdefault(section, {}).update(values)
+            else:
+                config[section] = values
+        self.config = tmp_path / f"serve-{name}.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Serve:
+        with self.stderr_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "logstream.cli", "serve", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def _get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=2.0)
+        except httpx.HTTPError:
+            return None
+
+    def ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            tail = self.stderr_path.read_text()[-2000:]
+            pytest.fail(f"serve exited with {self.process.returncode}: {tail}")
+        response = self._get("/readyz")
+        return response is not None and response.status_code == 200
+
+    def metric(self, name: str, **labels: str) -> float:
+        response = self._get("/metrics")
+        assert response is not None and response.status_code == 200
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return sample.value
+        return 0.0
+
+    def terminate(self) -> int:
+        """SIGTERM and wait (bounded) for the graceful exit; its code."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=WAIT_S)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()  # SIGKILL: no shutdown code runs
+        self.process.wait(timeout=WAIT_S)
+
+    def logs(self) -> list[dict[str, Any]]:
+        lines = self.stderr_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def audited(self) -> set[tuple[str, int]]:
+        return {(e["source"], e["offset"]) for e in read_jsonl(self.audit) if e["kind"] == "line"}
+
+
+def fully_committed(broker: KafkaBroker, group: str, topic: str, partitions: int) -> bool:
+    ends = asyncio.run(end_offsets(broker.bootstrap, topic, range(partitions)))
+    committed = asyncio.run(committed_offsets(broker.bootstrap, group))
+    return all(committed.get((topic, p), 0) >= end for p, end in ends.items())
+
+
+def new_topic(broker: KafkaBroker, partitions: int) -> tuple[str, str]:
+    name = f"logs-{uuid.uuid4().hex[:8]}"
+    asyncio.run(create_topic(broker.bootstrap, name, partitions))
+    return name, f"group-{name}"
+
+
+def test_injected_anomaly_comes_out_with_stream_offset_and_score(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """An odd line produced among normal ones is reported with its stream, offset and score."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = normal_lines(80, seed=11)
+    messages.insert(60, (b"web-1", ODD_LINE.encode()))
+    placed = asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
+    assert serve.terminate() == 0
+    found = [a for a in read_jsonl(serve.sink) if a["line"] == ODD_LINE]
+    assert len(found) == 1
+    anomaly = found[0]
+    assert anomaly["stream"] == "web-1"
+    assert (anomaly["source"], anomaly["offset"]) == (f"{topic}/0", placed[60][1])
+    assert anomaly["score"] > anomaly["threshold"]
+    assert len(serve.audited()) == len(messages)
+
+
+def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """kill -9 mid-stream + restart: every line is scored, no commit ever ran ahead of the sink.
+
+    While serve runs, each observed committed offset C of a partition must be
+    covered by the audit log (every offset below C scored, and the audit is
+    written only after the sink's put returned), and every anomaly in the audit
+    must already be in the sink.
+    """
+    topic, group = new_topic(kafka_broker, partitions=2)
+    messages = normal_lines(360, seed=12)
+    messages[200] = (b"web-2", ODD_LINE.replace("web-1", "web-2").encode())
+    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group)
+
+    def commits_never_ahead_of_hand_off() -> None:
+        committed = asyncio.run(committed_offsets(kafka_broker.bootstrap, group))
+        audit = read_jsonl(serve.audit)  # read after the offsets: it can only have grown since
+        scored = {(e["source"], e["offset"]) for e in audit}
+        in_sink = {(a["source"], a["offset"]) for a in read_jsonl(serve.sink)}
+        for (t, partition), offset in committed.items():
+            missing = [o for o in range(offset) if (f"{t}/{partition}", o) not in scored]
+            assert not missing, (
+                f"committed {offset} on {t}/{partition} before scoring {missing[:5]}"
+            )
+        assert {(e["source"], e["offset"]) for e in audit if e["anomaly"]} <= in_sink
+
+    serve.start()
+    wait_for(lambda: len(serve.audited()) >= 120, "a third of the lines scored")
+    commits_never_ahead_of_hand_off()
+    serve.kill()
+    commits_never_ahead_of_hand_off()
+    serve.start()
+    deadline = time.monotonic() + WAIT_S
+    while not fully_committed(kafka_broker, group, topic, 2):
+        assert time.monotonic() < deadline, "restarted serve did not catch up"
+        commits_never_ahead_of_hand_off()
+        time.sleep(0.5)
+    assert serve.terminate() == 0
+    ends = asyncio.run(end_offsets(kafka_broker.bootstrap, topic, range(2)))
+    produced = {(f"{topic}/{p}", o) for p, end in ends.items() for o in range(end)}
+    assert produced == serve.audited()
+    assert any(a["line"].endswith("module qwzx") for a in read_jsonl(serve.sink))
+
+
+def test_rebalance_splits_partitions_and_survivor_takes_over(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """Two members split 4 partitions; one leaves; the other takes all 4 and no line is lost."""
+    topic, group = new_topic(kafka_broker, partitions=4)
+    first = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    second = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    wait_for(lambda: first.ready() and second.ready(), "both members ready")
+    wait_for(
+        lambda: (
+            first.metric("logstream_assigned_partitions")
+            == 2
+            == second.metric("logstream_assigned_partitions")
+        ),
+        "partitions split 2 + 2",
+    )
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(120, seed=13)))
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 4), "first half committed")
+    assert first.audited() and second.audited()
+    assert second.terminate() == 0
+    wait_for(lambda: first.metric("logstream_assigned_partitions") == 4, "survivor owns all 4")
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(120, seed=14)))
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 4), "second half committed")
+    assert first.terminate() == 0
+    ends = asyncio.run(end_offsets(kafka_broker.bootstrap, topic, range(4)))
+    produced = {(f"{topic}/{p}", o) for p, end in ends.items() for o in range(end)}
+    assert first.audited() | second.audited() == produced
+
+
+def test_poison_messages_are_counted_logged_once_and_dead_lettered(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """Bad messages never block the partition: counted per kind, logged once, dead-lettered."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    dead = f"{topic}-dead"
+    asyncio.run(create_topic(kafka_broker.bootstrap, dead, 1))
+    good = [
+        (k, json.dumps({"message": v.decode(), "host": k.decode()}).encode())
+        for k, v in normal_lines(20, 15)
+    ]
+    poison: list[tuple[bytes | None, bytes | None]] = [
+        (b"k", b"\xff\xfe\xfa not utf-8"),
+        (b"k", json.dumps({"message": "x" * 600}).encode()),
+        (b"k", b"{not json"),
+        (b"k", b"{still not json"),
+        (b"k", json.dumps({"msg": "no message field"}).encode()),
+        (b"k", b""),
+        (b"k", None),
+    ]
+    asyncio.run(produce(kafka_broker.bootstrap, topic, good[:10] + poison + good[10:]))
+    serve = Serve(
+        tmp_path,
+        kafka_broker,
+        serve_model_dir,
+        topic,
+        group,
+        kafka={"dead_letter_topic": dead},
+        input={
+            "format": "json",
+            "stream_key": "json_field",
+            "stream_field": "host",
+            "max_message_bytes": 512,
+        },
+    ).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed")
+    counts = {
+        kind: serve.metric("logstream_bad_records_total", kind=kind)
+        for kind in ("undecodable", "oversized", "bad_json", "missing_field", "empty")
+    }
+    assert counts == {
+        "undecodable": 1,
+        "oversized": 1,
+        "bad_json": 2,
+        "missing_field": 1,
+        "empty": 2,
+    }
+    assert serve.metric("logstream_dead_letters_total") == len(poison)
+    assert serve.metric("logstream_lines_total") == len(good)
+    assert serve.terminate() == 0
+    logged = [e for e in serve.logs() if e.get("event", "").startswith("bad record skipped")]
+    assert sorted(e["kind"] for e in logged) == sorted(counts)
+    assert len(serve.audited()) == len(good)
+    dead_ends = asyncio.run(end_offsets(kafka_broker.bootstrap, dead, [0]))
+    assert dead_ends[0] == len(poison)
+
+
+def test_consumer_resumes_after_broker_restart(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """Serve survives a broker restart and scores and commits what is produced afterwards."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=16)))
+    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "first lines committed")
+    kafka_broker.restart()
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=17)))
+    wait_for(
+        lambda: fully_committed(kafka_broker, group, topic, 1), "lines after the restart committed"
+    )
+    assert serve.process is not None and serve.process.poll() is None
+    assert serve.terminate() == 0
+    assert len(serve.audited()) == 60
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"kafka": {"topics": []}},
+            "kafka: set exactly one of kafka.topics and kafka.topic_pattern",
+        ),
+        (
+            {"kafka": {"max_poll_records": -1}},
+            "kafka.max_poll_records: Input should be greater than 0",
+        ),
+        ({"model": {"dir": "/nonexistent/model"}}, "/nonexistent/model"),
+    ],
+)
+def test_bad_config_fails_at_start_with_one_line(
+    tmp_path: Path, change: dict[str, Any], expected: str
+) -> None:
+    """A wrong setting or model dir stops serve at start: exit 2 and one clear line."""
+    config = {
+        "model": {"dir": str(tmp_path / "model")},
+        "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["logs"]},
+        "http": {"host": "127.0.0.1", "port": free_port()},
+    }
+    for section, values in change.items():
+        config[section].update(values)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTREAM_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "serve", "--config", str(path)],
+        capture_output=True,
+        timeout=WAIT_S,
+        env=env,
+    )
+    assert result.returncode == 2
+    stderr = result.stderr.decode().strip()
+    assert stderr.startswith("error: ")
+    assert expected in stderr
+    assert "Traceback" not in stderr
