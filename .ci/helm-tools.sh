@@ -24,6 +24,12 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 mkdir -p "$TOOLS/bin" "$STAMPS"
 
+# go_module FIELD MODULE@VERSION: fetch a module from the Go module proxy into the module cache
+# and print one field of `go mod download -json` (Dir: its source tree, GoMod: its go.mod).
+go_module() {
+    go mod download -json "$2" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+
 # fresh NAME VERSION: true when the stamp of NAME already records VERSION.
 fresh() { [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
 stamp() { printf '%s' "$2" >"$STAMPS/$1"; }
@@ -33,9 +39,9 @@ if ! fresh helm "$HELM_VERSION+ldflags" || [ ! -x "$TOOLS/bin/helm" ]; then
     # The ldflags of helm's own Makefile: without them `helm version` is blank and helm assumes
     # Kubernetes 1.20 (too old for the chart's kubeVersion) where no --kube-version is given.
     # The Kubernetes version is the one of the client-go that this helm release builds with.
-    helm_mod="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
-        "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')"
+    helm_mod="$(go_module GoMod "helm.sh/helm/v3@$HELM_VERSION")"
     k8s_minor="$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_mod")"
+    [ -n "$k8s_minor" ] || { echo "helm-tools: no k8s.io/client-go in $helm_mod" >&2; exit 1; }
     GOBIN="$TOOLS/bin" go install -ldflags "-s -w \
         -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
         -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
@@ -61,7 +67,11 @@ if ! fresh k8s-schemas "$K8S_PIN" || [ ! -f "$K8S_SCHEMAS/$KUBERNETES_VERSION-lo
     trap 'rm -rf "$tmp"' EXIT
     "$PYTHON" -m pip download --quiet --no-deps --dest "$tmp" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
     folder="kubernetes_validate/kubernetes-json-schema/$KUBERNETES_VERSION-local-strict"
-    unzip -q "$tmp"/kubernetes_validate-*.whl "$folder/*" -d "$tmp/wheel"
+    "$PYTHON" -c 'import sys, zipfile
+wheel, folder, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(out, [n for n in zf.namelist() if n.startswith(folder + "/")])' \
+        "$(ls "$tmp"/kubernetes_validate-*.whl)" "$folder" "$tmp/wheel"
     rm -rf "$K8S_SCHEMAS"
     "$PYTHON" "$ROOT/helm/tools/kubeconform_schemas.py" kubernetes \
         "$tmp/wheel/$folder" "$K8S_SCHEMAS/$KUBERNETES_VERSION-local-strict"
@@ -72,9 +82,8 @@ CRD_SCHEMAS="$TOOLS/schemas/crds"
 CRD_PIN="keda $KEDA_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION"
 if ! fresh crd-schemas "$CRD_PIN" || [ ! -d "$CRD_SCHEMAS" ]; then
     echo "helm-tools: CRD schemas from $CRD_PIN"
-    module_dir() { go mod download -json "$1" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'; }
-    keda="$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")"
-    promop="$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
+    keda="$(go_module Dir "github.com/kedacore/keda/v2@$KEDA_VERSION")"
+    promop="$(go_module Dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
     rm -rf "$CRD_SCHEMAS"
     "$PYTHON" "$ROOT/helm/tools/kubeconform_schemas.py" crd "$CRD_SCHEMAS" \
         "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \
