@@ -18,6 +18,7 @@ evicted stream that returns is rebuilt from its last L tokens.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -129,7 +130,9 @@ class StreamingEngine:
         return F.log_softmax(self.model.lm_head(h).float(), dim=-1)
 
     @torch.no_grad()
-    def _prefill_sinks(self, sink_ids: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    def _prefill_sinks(
+        self, sink_ids: list[int]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """Plain causal forward over the pattern prompt at positions 0..S-1; keep K/V per layer."""
         S = len(sink_ids)
         empty = torch.zeros(self.n_kv_heads, 0, self.head_dim, device=self.device, dtype=self.dtype)
@@ -255,5 +258,5 @@ class StreamingEngine:
         for stream, lines in lines_by_stream.items():
             token_nll = torch.cat(nll_parts[stream])[scored_from[stream] :].cpu().numpy()
             bounds = np.cumsum([0] + [len(line) for line in lines])
-            results[stream] = [token_nll[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            results[stream] = [token_nll[a:b] for a, b in itertools.pairwise(bounds)]
         return results

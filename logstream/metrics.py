@@ -72,9 +72,7 @@ def serve_http(host: str, port: int, health: Health) -> WSGIServer:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found\n"]
         ok = checks[path]
-        start_response(
-            "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
-        )
+        start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
         return [b"ok\n" if ok else b"not ready\n"]
 
     server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)

@@ -96,7 +96,11 @@ def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenize
                 f"expected one of {SUPPORTED_MODEL_TYPES}"
             )
         model = AutoModelForCausalLM.from_pretrained(
-            directory, config=config, use_safetensors=True, trust_remote_code=False, dtype=torch.float32
+            directory,
+            config=config,
+            use_safetensors=True,
+            trust_remote_code=False,
+            dtype=torch.float32,
         )
         tokenizer = LineTokenizer.load(directory)
     except ModelDirError:

@@ -34,7 +34,8 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
         "<TS>",
     ),
     MaskRule(
-        "uuid", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+        "uuid",
+        r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
         "<UUID>",
     ),
     MaskRule("block_id", r"\bblk_-?\d+", "<BLK>"),

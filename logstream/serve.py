@@ -104,9 +104,7 @@ class Service:
         self.health = health
         self.audit = audit
         self.rejects = RejectLog()
-        self.source = KafkaSource(
-            settings.kafka, RecordParser(settings.input), self.rejects, _Listener(self)
-        )
+        self.source = KafkaSource(settings.kafka, RecordParser(settings.input), self.rejects, _Listener(self))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstream-score")
         self._queue: asyncio.Queue[Batch] = asyncio.Queue()
         self._inflight = 0  # lines queued or being scored
@@ -125,9 +123,7 @@ class Service:
         fetcher = asyncio.create_task(self._fetch_loop(), name="fetcher")
         scorer = asyncio.create_task(self._score_loop(), name="scorer")
         stopper = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait(
-            {fetcher, scorer, stopper}, return_when=asyncio.FIRST_COMPLETED
-        )
+        done, _ = await asyncio.wait({fetcher, scorer, stopper}, return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
         for task in done - {stopper}:
             task.result()  # a crashed loop is a bug: raise; uncommitted lines are re-delivered
@@ -178,9 +174,7 @@ class Service:
         idle = self.settings.stream_idle_seconds
         while True:
             try:
-                batch = await asyncio.wait_for(
-                    self._queue.get(), timeout=idle / 2 if idle else None
-                )
+                batch = await asyncio.wait_for(self._queue.get(), timeout=idle / 2 if idle else None)
             except TimeoutError:
                 work = loop.run_in_executor(self._worker, self._close_idle_streams)
             else:
@@ -225,9 +219,7 @@ class Service:
 
     def _idle_stream_ends(self, now: float) -> list[ScoredLine]:
         assert self.settings.stream_idle_seconds is not None
-        quiet = [
-            s for s, t in self._last_seen.items() if now - t > self.settings.stream_idle_seconds
-        ]
+        quiet = [s for s, t in self._last_seen.items() if now - t > self.settings.stream_idle_seconds]
         ends = []
         for stream in quiet:
             del self._last_seen[stream]
@@ -237,9 +229,7 @@ class Service:
         return ends
 
     def _put(self, scored: Sequence[ScoredLine]) -> None:
-        anomalies: list[Anomaly] = [
-            a for s in scored if (a := self.detector.anomaly(s)) is not None
-        ]
+        anomalies: list[Anomaly] = [a for s in scored if (a := self.detector.anomaly(s)) is not None]
         self.sink.put(anomalies)
         if self.audit is not None:
             self.audit.write(scored)
@@ -258,9 +248,7 @@ class Service:
         await self._commit()
         self._processed = {tp: o for tp, o in self._processed.items() if tp not in revoked}
         self.health.partitions_assigned = False
-        log.info(
-            "partitions revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked)
-        )
+        log.info("partitions revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Fresh partitions start unpaused; streams set up lazily on their first line."""
@@ -289,9 +277,7 @@ class _Listener(ConsumerRebalanceListener):
 def configure_logging(log_format: str, level: str) -> None:
     """structlog to stderr: JSON in production, console on a TTY (`auto` picks by isatty)."""
     as_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
-    )
+    renderer: Any = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,

@@ -54,7 +54,10 @@ class _System:
         return f"web-{host}", body
 
     def cache_evict(self, host: int) -> tuple[str, str]:
-        return f"web-{host}", f"WARN cache: evicted {self.rng.randrange(100, 900)} keys under memory pressure"
+        return (
+            f"web-{host}",
+            f"WARN cache: evicted {self.rng.randrange(100, 900)} keys under memory pressure",
+        )
 
     def job(self, worker: int, skip_to_end: bool = False) -> tuple[str, str]:
         rng, step = self.rng, self.job_step[worker]

@@ -63,3 +63,13 @@ class LineTokenizer:
     @classmethod
     def load(cls, directory: Path) -> LineTokenizer:
         return cls(PreTrainedTokenizerFast.from_pretrained(directory))
+
+
+def prompt_ids(tokenizer: LineTokenizer, prompt_lines: list[str], max_tokens: int) -> list[int]:
+    """BOS + the pattern prompt's lines, whole lines only, at most `max_tokens` ids in all."""
+    ids = [tokenizer.bos_id]
+    for line_ids in tokenizer.encode_lines(prompt_lines):
+        if len(ids) + len(line_ids) > max_tokens:
+            break
+        ids.extend(line_ids)
+    return ids

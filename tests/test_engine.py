@@ -41,7 +41,9 @@ def test_engine_equals_hf_forward_inside_window(kv_heads: int) -> None:
     model = tiny_llama(kv_heads)
     sink_ids = [1, 5, 9, 13]
     gen = torch.Generator().manual_seed(1)
-    streams = {f"s{i}": torch.randint(3, VOCAB, (n,), generator=gen).tolist() for i, n in enumerate([37, 5, 60])}
+    streams = {
+        f"s{i}": torch.randint(3, VOCAB, (n,), generator=gen).tolist() for i, n in enumerate([37, 5, 60])
+    }
     engine = StreamingEngine(model, sink_ids, window=128, max_streams=4, chunk_tokens=16, device="cpu")
     # feed each stream as three lines of uneven length, in two calls, to cross chunk borders
     for half in (slice(0, 20), slice(20, None)):
@@ -59,7 +61,9 @@ def test_engine_equals_hf_forward_inside_window(kv_heads: int) -> None:
         torch.testing.assert_close(engine.streams[s].last_logprobs, want, atol=1e-4, rtol=1e-4)
 
 
-def slow_sink_window_nll(model: LlamaForCausalLM, sink_ids: list[int], tokens: list[int], L: int) -> torch.Tensor:
+def slow_sink_window_nll(
+    model: LlamaForCausalLM, sink_ids: list[int], tokens: list[int], L: int
+) -> torch.Tensor:
     """The definition, token by token: sinks at 0..S-1, the last L tokens at S.. by age.
 
     Keeps every token's pre-RoPE K/V (no ring) and rotates at true cache-relative positions.

@@ -1,0 +1,211 @@
+"""The `logstream` command line: train, replay (and serve, bench).
+
+Errors a user can fix are one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from logstream.inputs import (
+    InputError,
+    InputStats,
+    compile_stream_key,
+    read_lines,
+    read_sessions,
+    streams_from_lines,
+    streams_from_sessions,
+)
+from logstream.model import PRESETS, ModelDirError
+from logstream.replay import ReplayOptions, ReplayReport, run_replay
+from logstream.train import TrainConfig, save, train
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
+err = Console(stderr=True)
+
+
+class Format(StrEnum):
+    lines = "lines"
+    sessions = "sessions"
+
+
+class AutoTrain(StrEnum):
+    first = "first"
+    all = "all"
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(2)
+
+
+def _progress(disable: bool = False) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"), console=err, disable=disable, transient=False,
+    )  # fmt: skip
+
+
+PresetOpt = Annotated[str, typer.Option(help=f"Model size: {', '.join(PRESETS)}.")]
+WindowOpt = Annotated[int, typer.Option(min=16, help="Rolling window L: ring slots per stream.")]
+SeedOpt = Annotated[int, typer.Option(help="Random seed for training.")]
+EpochsOpt = Annotated[
+    float, typer.Option(min=0.1, help="Passes over the training data (capped by --max-steps).")
+]
+StepsOpt = Annotated[int, typer.Option(min=1, help="Upper bound on optimizer steps.")]
+StreamKeyOpt = Annotated[
+    str | None,
+    typer.Option(help=r"Regex whose first group (or match) names a line's stream, e.g. 'blk_-?\d+'."),
+]
+FormatOpt = Annotated[
+    Format, typer.Option("--format", help="lines: one log line per line; sessions: JSONL sessions.")
+]
+
+
+def _train_config(preset: str, window: int, seed: int, epochs: float, max_steps: int) -> TrainConfig:
+    if preset not in PRESETS:
+        raise fail(f"--preset: unknown {preset!r}; expected one of {', '.join(PRESETS)}")
+    return TrainConfig(preset=preset, window=window, seed=seed, epochs=epochs, max_steps=max_steps)
+
+
+@app.command("train")
+def train_command(
+    inputs: Annotated[list[Path], typer.Argument(help="Baseline log files (normal behaviour).")],
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    format: FormatOpt = Format.lines,
+    only_normal: Annotated[bool, typer.Option(help="sessions format: keep only label-0 sessions.")] = False,
+    preset: PresetOpt = "small",
+    window: WindowOpt = 2048,
+    seed: SeedOpt = 0,
+    epochs: EpochsOpt = 2.0,
+    max_steps: StepsOpt = 2000,
+    stream_key: StreamKeyOpt = None,
+) -> None:
+    """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
+    config = _train_config(preset, window, seed, epochs, max_steps)
+    if only_normal and format is not Format.sessions:
+        raise fail("--only-normal needs --format sessions (labels live in the sessions)")
+    stats = InputStats()
+    streams = []
+    for path in inputs:
+        if format is Format.sessions:
+            sessions = read_sessions(path, stats)
+            streams += streams_from_sessions([s for s in sessions if not only_normal or s.label == 0])
+        else:
+            streams += streams_from_lines(read_lines(path, stats), compile_stream_key(stream_key))
+    with _progress() as progress:
+        task = progress.add_task("training", total=None, info="")
+        trained = train(
+            streams, config,
+            progress=lambda step, steps, loss: progress.update(task, completed=step, total=steps, info=f"loss {loss:.3f}"),
+        )  # fmt: skip
+    save(trained, out)
+    calibration = trained.meta["calibration"]
+    err.print(
+        f"wrote {out}: {trained.meta['train_lines']} lines, loss {trained.meta['final_loss']:.3f}, "
+        f"line threshold {calibration['line_threshold']:.3f}"
+        + (
+            f", session threshold {calibration['session_threshold']:.3f}"
+            if calibration["session_threshold"]
+            else ""
+        )
+        + (f", skipped {stats.as_dict()}" if stats.bad else ""),
+        highlight=False,
+    )
+
+
+def print_report(report: ReplayReport, console: Console, top: int = 10) -> None:
+    anomalies = sorted((u for u in report.units if u.is_anomaly), key=lambda u: -u.score)
+    table = Table(
+        title=f"top anomalies ({len(anomalies)} {report.unit}s over threshold {report.threshold:.3f})"
+    )
+    for column in ("score", "stream", report.unit, "most surprising tokens"):
+        table.add_column(column, overflow="fold")
+    for u in anomalies[:top]:
+        tokens = ", ".join(f"{t!r} {nll:.1f}" for t, nll in u.top_tokens)
+        table.add_row(f"{u.score:.2f}", u.stream, u.text[:160], tokens)
+    console.print(table)
+
+
+@app.command("replay")
+def replay_command(
+    input: Annotated[
+        Path, typer.Argument(help="Log file (or sessions JSONL) to stream through the detector.")
+    ],
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Model directory; without it, train on the input (see --auto-train)."),
+    ] = None,
+    format: FormatOpt = Format.lines,
+    labels: Annotated[
+        Path | None, typer.Option(help="One 0/1 per input line, to evaluate (lines format).")
+    ] = None,
+    stream_key: StreamKeyOpt = None,
+    out: Annotated[Path | None, typer.Option(help="Write every score as JSONL here.")] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="End stdout with one JSON summary line.")
+    ] = False,
+    auto_train: Annotated[
+        AutoTrain,
+        typer.Option(
+            help="Without --model: 'first' trains on the first half and scores the rest; 'all' scores every line prequentially."
+        ),
+    ] = AutoTrain.first,
+    preset: PresetOpt = "small",
+    window: WindowOpt = 2048,
+    seed: SeedOpt = 0,
+    epochs: EpochsOpt = 2.0,
+    max_steps: StepsOpt = 2000,
+) -> None:
+    """Backtest: stream a file through the detector as if live, then show the top anomalies."""
+    options = ReplayOptions(
+        input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
+        auto_train=auto_train.value, train_config=_train_config(preset, window, seed, epochs, max_steps),
+    )  # fmt: skip
+    with _progress() as progress:
+        task = progress.add_task("scoring lines", total=None, info="")
+        report = run_replay(options, tick=lambda n: progress.advance(task, n))
+    print_report(report, Console())
+    summary = report.summary()
+    if json_output:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        Console().print_json(json.dumps(summary))
+
+
+@app.command("serve")
+def serve_command(
+    config: Annotated[
+        Path,
+        typer.Option(help="Serve config YAML (see configs/serve.yaml); LOGSTREAM_* env overrides it."),
+    ] = Path("configs/serve.yaml"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Only validate the config (settings) and exit.")
+    ] = False,
+) -> None:
+    """Serve live from Kafka: score every line, hand anomalies off, commit offsets after hand-off."""
+    from logstream.serve import main as serve_main  # imports aiokafka only for this command
+
+    raise typer.Exit(serve_main(config, check=check))
+
+
+def main() -> None:
+    """Entry point: run the app, turning user-fixable errors into one line and exit 2."""
+    try:
+        app()
+    except (InputError, ModelDirError, ValueError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The detector: records in, scored lines out (normalize -> tokens -> engine -> scores).
+
+This is the one object that sources (replay, Kafka) drive. It owns the
+per-stream caches; `close` ends a stream and scores its end.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from logstream.engine import StreamingEngine
+from logstream.model import load_model_dir
+from logstream.normalize import Normalizer, parse_level
+from logstream.patterns import PatternMiner
+from logstream.records import Anomaly, LogRecord
+from logstream.scoring import Calibration, line_score, severity, with_level_prior
+from logstream.tokenizer import LineTokenizer, prompt_ids
+
+SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS only, no sinks
+
+
+@dataclass(frozen=True)
+class ScoredLine:
+    record: LogRecord
+    score: float  # surprisal + level prior, compared with `threshold`
+    surprisal: float  # nats/token (for kind "end": the end token's NLL)
+    threshold: float
+    level: str | None = None
+    template_id: int | None = None
+    top_tokens: tuple[tuple[str, float], ...] = ()
+    kind: str = "line"  # "line" | "end"
+
+    @property
+    def is_anomaly(self) -> bool:
+        return self.score > self.threshold
+
+
+class Detector:
+    """Scores LogRecords with a trained model directory; see `load`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: LineTokenizer,
+        meta: dict[str, Any],
+        *,
+        device: str | None = None,
+        window: int | None = None,
+        max_streams: int = 64,
+        chunk_tokens: int = 256,
+        sinks: str = "patterns",
+        model_id: str = "",
+    ) -> None:
+        if sinks not in SINK_MODES:
+            raise ValueError(f"sinks: unknown {sinks!r}; expected one of {SINK_MODES}")
+        self.meta = meta
+        self.tokenizer = tokenizer
+        self.normalizer = Normalizer.from_json(meta["mask_rules"])
+        self.calibration = Calibration.from_json(meta["calibration"])
+        self.threshold = self.calibration.line_threshold
+        self.model_id = model_id or meta.get("model_id", "")
+        self.miner = PatternMiner()
+        sink_ids = {
+            "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
+            "bos": [tokenizer.bos_id],
+            "none": [],
+        }[sinks]
+        self.engine = StreamingEngine(
+            model, sink_ids, window=window or meta["window"], max_streams=max_streams,
+            chunk_tokens=chunk_tokens, device=device,
+        )  # fmt: skip
+
+    @classmethod
+    def load(cls, model_dir: Path | str, **options: Any) -> Detector:
+        """Load a model directory; raises ModelDirError with one clear line if it is unusable."""
+        model, tokenizer, meta = load_model_dir(model_dir)
+        model_id = f"{Path(model_dir).name}@{meta.get('data_sha256', '')[:12]}"
+        return cls(model, tokenizer, meta, model_id=model_id, **options)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.engine.cache_bytes
+
+    @property
+    def learned_stream_ends(self) -> bool:
+        return self.calibration.end_threshold is not None
+
+    def score(self, records: Sequence[LogRecord]) -> list[ScoredLine]:
+        """One ScoredLine per record, in order. Lines of a stream keep that stream's context."""
+        masked = [self.normalizer.mask(r.line) for r in records]
+        token_ids = self.tokenizer.encode_lines(masked)
+        by_stream: dict[str, list[int]] = defaultdict(list)  # stream -> record indices
+        for i, record in enumerate(records):
+            by_stream[record.stream].append(i)
+        nll = self.engine.score({s: [token_ids[i] for i in idx] for s, idx in by_stream.items()})
+        out: list[ScoredLine | None] = [None] * len(records)
+        prior = self.calibration.level_prior
+        for stream, indices in by_stream.items():
+            for i, token_nll in zip(indices, nll[stream], strict=True):
+                ls = line_score(token_nll)
+                level = parse_level(records[i].line)
+                out[i] = ScoredLine(
+                    record=records[i],
+                    score=with_level_prior(ls.surprisal, level, prior),
+                    surprisal=ls.surprisal,
+                    threshold=self.threshold,
+                    level=level,
+                    template_id=self.miner.add(masked[i]),
+                    top_tokens=tuple(
+                        (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
+                    ),
+                )
+        return out  # type: ignore[return-value]
+
+    def close(self, stream: str) -> ScoredLine | None:
+        """End a stream: score the end-of-stream token (if the model learned ends) and free its cache."""
+        scored = None
+        if self.learned_stream_ends and stream in self.engine.streams:
+            nll = self.engine.end_nll(stream, self.tokenizer.eos_id)
+            scored = ScoredLine(
+                record=LogRecord(line="<end of stream>", stream=stream),
+                score=nll,
+                surprisal=nll,
+                threshold=self.calibration.end_threshold,
+                kind="end",
+            )
+        self.engine.drop(stream)
+        return scored
+
+    def anomaly(self, scored: ScoredLine) -> Anomaly | None:
+        if not scored.is_anomaly:
+            return None
+        record = scored.record
+        return Anomaly(
+            stream=record.stream,
+            line=record.line,
+            score=scored.score,
+            threshold=scored.threshold,
+            surprisal=scored.surprisal,
+            severity=severity(scored.score, scored.threshold, scored.level),
+            kind=scored.kind,
+            level=scored.level,
+            template_id=scored.template_id,
+            template=self.miner.template(scored.template_id) if scored.template_id is not None else None,
+            top_tokens=scored.top_tokens,
+            source=record.source,
+            offset=record.offset,
+            model_id=self.model_id,
+        )
