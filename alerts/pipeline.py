@@ -63,7 +63,7 @@ def open_alert_sink(routes: str | Path, *, deliver: bool = True) -> AlertSink:
 
 def run_replay_alerts(
     anomalies: Iterable[Anomaly],
-    routes: str | Path,
+    routes: str | Path | AlertsConfig,
     *,
     deliver: bool = False,
     timeout: float = 60.0,
@@ -73,8 +73,9 @@ def run_replay_alerts(
     pending (0 unless `deliver` and the receivers did not all answer within `timeout`).
 
     The dry run keeps its outbox in memory; `deliver` uses `outbox_path` (default: the
-    routes file's outbox with a `.replay` suffix) so a crash loses nothing."""
-    config = load_config(routes)
+    routes file's outbox with a `.replay` suffix) so a crash loses nothing. Pass a loaded
+    config to check the routes file before a long replay."""
+    config = routes if isinstance(routes, AlertsConfig) else load_config(routes)
     if deliver and outbox_path is None:
         outbox_path = Path(config.delivery.outbox).with_suffix(".replay.sqlite")
     event_time = [0.0]
@@ -85,7 +86,7 @@ def run_replay_alerts(
             event_time[0] = max(event_time[0], anomaly.detected_at)
             alerts += _advance(outbox, until=event_time[0])
             outbox.put([anomaly])
-        alerts += _advance(outbox, until=NEVER - 1)
+        alerts += _advance(outbox, until=float("inf"))  # until every group resolved
         pending = 0
         if deliver:
             pending = drain(outbox, timeout=timeout)
@@ -99,7 +100,7 @@ def _advance(outbox: Outbox, until: float) -> list[Alert]:
     made: list[Alert] = []
     for _ in range(MAX_REPLAY_STEPS):
         due = outbox.next_eval()
-        if due is None or due > until:
+        if due is None or due >= NEVER or due > until:
             break
         made += outbox.flush(due)
     return made
