@@ -9,6 +9,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+# One intra-op thread per process: tests run several processes at once (a broker, serve
+# subprocesses, pytest) on two cores, and OpenMP threads spinning against each other made a
+# 4-second scoring run take 100 seconds. Set before torch is imported; subprocesses inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 from kafka_broker import REPO, KafkaBroker, jars_present
 
