@@ -30,6 +30,7 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
         r"|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
         r" +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"
         r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:\d{2}:\d{2}"
+        r"|\b\d{8}-\d{1,2}:\d{1,2}:\d{1,2}:\d{1,3}\b"  # 20171223-22:15:29:606 (HealthApp)
         r"|\b\d{2}:\d{2}:\d{2}(?:[.,:]\d+)?",
         "<TS>",
     ),

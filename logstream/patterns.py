@@ -27,6 +27,7 @@ def _miner_config(similarity: float, depth: int) -> TemplateMinerConfig:
     config.drain_sim_th = similarity
     config.drain_depth = depth
     config.masking_instructions = []  # normalize.py already masked variables
+    config.drain_extra_delimiters = ["|"]  # pipe-separated formats (HealthApp) are fields too
     config.profiling_enabled = False
     config.parametrize_numeric_tokens = False
     return config

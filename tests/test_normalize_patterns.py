@@ -1,0 +1,82 @@
+"""Masking and template mining, on every loghub sample in ../shared/data/loghub."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from logstream.normalize import Normalizer, parse_level
+from logstream.patterns import mine, pattern_prompt
+
+LOGHUB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "loghub"
+SAMPLES = sorted(LOGHUB.glob("*_2k.log")) if LOGHUB.is_dir() else []
+needs_loghub = pytest.mark.skipif(not SAMPLES, reason=f"loghub samples not found at {LOGHUB}")
+
+# Values that must never survive masking, whatever the system.
+LEAKS = {
+    "ipv4": re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b"),
+    "uuid": re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+    "block_id": re.compile(r"blk_-?\d+"),
+    "long_number": re.compile(r"(?<![\w.])\d{4,}(?![\w.])"),
+    "hh:mm:ss": re.compile(r"\b\d{2}:\d{2}:\d{2}\b"),
+}
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
+@needs_loghub
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name.split("_")[0])
+def test_masking_leaves_no_variable_values(sample: Path) -> None:
+    """No IP, UUID, block id, long number or clock time survives masking in any loghub system."""
+    normalizer = Normalizer()
+    for line in read(sample):
+        masked = normalizer.mask(line)
+        for name, leak in LEAKS.items():
+            assert not leak.search(masked), f"{name} leaked in {masked!r} (from {line!r})"
+
+
+@needs_loghub
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name.split("_")[0])
+def test_mining_compresses_each_system_to_few_templates(sample: Path) -> None:
+    """2,000 masked lines of one system mine to far fewer templates, each with a positive count."""
+    normalizer = Normalizer()
+    lines = [normalizer.mask(line) for line in read(sample)]
+    templates = mine(lines).templates()
+    assert 1 <= len(templates) < len(set(lines)) / 2 or len(set(lines)) < 10
+    assert sum(t.count for t in templates) == len(lines)
+    assert [t.count for t in templates] == sorted((t.count for t in templates), reverse=True)
+    prompt = pattern_prompt(templates, max_templates=5)
+    assert prompt == [t.text for t in templates[:5]]
+
+
+def test_masking_keeps_short_parameter_values() -> None:
+    """Status codes and small counts stay visible: `status=503` must differ from `status=200`."""
+    normalizer = Normalizer()
+    assert normalizer.mask("GET /x status=503 ms=12") != normalizer.mask("GET /x status=200 ms=12")
+    assert "<NUM>" in normalizer.mask("took 12345 bytes")
+
+
+def test_masking_rules_round_trip_through_json() -> None:
+    """Rules saved in logstream.json load back into an identical normalizer."""
+    normalizer = Normalizer()
+    line = "2026-11-02T08:00:00.316Z 10.0.0.1 blk_-42 req-1234abcd-ffff"
+    assert Normalizer.from_json(normalizer.to_json()).mask(line) == normalizer.mask(line)
+
+
+@pytest.mark.parametrize(
+    ("line", "level"),
+    [
+        ("2015-10-18 18:01:47,978 INFO [main] started", "info"),
+        ("[Sun Dec 04 04:47:44 2005] [error] mod_jk child in error state 6", "error"),
+        ("081109 203615 148 WARN dfs.DataNode: slow", "warning"),
+        ("FATAL kernel panic", "critical"),
+        ("user logged in", None),
+    ],
+)
+def test_parse_level(line: str, level: str | None) -> None:
+    """Levels are read from common formats and mapped to one vocabulary."""
+    assert parse_level(line) == level
