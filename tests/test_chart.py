@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,7 @@ def kube_version() -> str:
 
 
 def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 def _template_args(helm: str, values: list[Path], sets: list[str]) -> list[str]:
@@ -165,8 +164,7 @@ def test_rendered_manifests_pass_kubeconform_strict(
             + "/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}"
             + "/{{ .ResourceKind }}{{ .KindSuffix }}.json",
             "-schema-location",
-            str(SCHEMAS / "crds")
-            + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json",
+            str(SCHEMAS / "crds") + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json",
             "-",
         ],
         stdin=text,
@@ -248,9 +246,7 @@ def test_keda_trigger_watches_the_serve_consumer_group(helm: str) -> None:
     trigger = one(objects, "ScaledObject")["spec"]["triggers"][0]
     assert trigger["type"] == "kafka"
     assert kafka["group_id"] == trigger["metadata"]["consumerGroup"] == "detectors-eu"
-    assert (
-        kafka["bootstrap_servers"] == trigger["metadata"]["bootstrapServers"] == "b-1:9092,b-2:9092"
-    )
+    assert kafka["bootstrap_servers"] == trigger["metadata"]["bootstrapServers"] == "b-1:9092,b-2:9092"
     assert kafka["topics"] == [trigger["metadata"]["topic"]] == ["app-logs"]
 
 
@@ -343,6 +339,29 @@ def test_rendered_serve_config_validates(
     assert settings.http.port == container(objects)["ports"][0]["containerPort"]
 
 
+def test_serve_check_accepts_the_rendered_config(
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`logstream serve --config <the ConfigMap's serve.yaml> --check`, as the pod runs it, exits 0."""
+    objects = render(helm, [ALL_FEATURES])
+    config = tmp_path / "serve.yaml"
+    config.write_text(one(objects, "ConfigMap")["data"]["serve.yaml"], encoding="utf-8")
+    args = [
+        arg.replace("/etc/logstream/config/serve.yaml", str(config)) for arg in container(objects)["args"]
+    ]
+    env = {**os.environ, "LOGSTREAM_KAFKA__SASL_PASSWORD": "from-the-secret"}
+    logstream = Path(sys.executable).with_name("logstream")
+    result = subprocess.run(
+        [str(logstream), "serve", *args, "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_rendered_alert_routes_validate_with_the_secret_in_place(
     helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -374,9 +393,7 @@ def test_pod_is_non_root_with_a_read_only_root_filesystem(helm: str) -> None:
     assert main["securityContext"]["allowPrivilegeEscalation"] is False
     volumes = {v["name"]: v for v in pod["volumes"]}
     writable = {
-        m["mountPath"]: volumes[m["name"]]
-        for m in main["volumeMounts"]
-        if not m.get("readOnly", False)
+        m["mountPath"]: volumes[m["name"]] for m in main["volumeMounts"] if not m.get("readOnly", False)
     }
     assert set(writable) == {"/tmp", main["workingDir"]}
     assert all("emptyDir" in volume for volume in writable.values())
@@ -413,9 +430,7 @@ def test_gpu_values_request_a_gpu_on_gpu_nodes(helm: str) -> None:
     assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert main["image"].endswith("-cuda")
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "inference"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
-        pod["tolerations"]
-    )
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (pod["tolerations"])
     assert pod["runtimeClassName"] == "nvidia"
     assert serve_config(objects)["model"]["device"] == "cuda"
 
@@ -488,9 +503,7 @@ def test_pdb_takes_min_available_or_max_unavailable(helm: str) -> None:
     assert one(render(helm), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     pdb = one(render(helm, [CHART / "ci" / "pdb-values.yaml"]), "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]
-    assert "PodDisruptionBudget" not in kinds(
-        render(helm, sets=["podDisruptionBudget.enabled=false"])
-    )
+    assert "PodDisruptionBudget" not in kinds(render(helm, sets=["podDisruptionBudget.enabled=false"]))
 
 
 def test_service_monitor_scrapes_metrics_with_additional_labels(helm: str) -> None:
@@ -574,9 +587,7 @@ def test_every_values_key_is_documented() -> None:
 def test_every_optional_feature_has_a_ci_values_file() -> None:
     """Each `enabled:` switch of values.yaml is turned on by some ci/*-values.yaml."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
-    switches = [
-        key for key, value in defaults.items() if isinstance(value, dict) and "enabled" in value
-    ]
+    switches = [key for key, value in defaults.items() if isinstance(value, dict) and "enabled" in value]
     enabled_by_ci = set()
     for path in CI_VALUES:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -585,9 +596,7 @@ def test_every_optional_feature_has_a_ci_values_file() -> None:
     assert set(switches) == enabled_by_ci
 
 
-def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(
-    helm: str, tmp_path: Path
-) -> None:
+def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, tmp_path: Path) -> None:
     """NOTES.txt renders and tells the user the group, the model PVC and the Secret keys needed."""
     # `helm template` never renders NOTES.txt and `helm install --dry-run` needs a cluster, so
     # render it through the real template engine from a copy of the chart.
@@ -599,9 +608,7 @@ def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(
         'data:\n  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n',
         encoding="utf-8",
     )
-    result = _run(
-        [helm, "template", "t", str(chart), "--show-only", "templates/notes-under-test.yaml"]
-    )
+    result = _run([helm, "template", "t", str(chart), "--show-only", "templates/notes-under-test.yaml"])
     assert result.returncode == 0, result.stderr
     notes = yaml.safe_load(result.stdout)["data"]["notes"]
     group = yaml.safe_load((CHART / "files" / "serve.yaml").read_text(encoding="utf-8"))
