@@ -397,9 +397,16 @@ def test_pod_is_non_root_with_a_read_only_root_filesystem(helm: str) -> None:
     }
     assert set(writable) == {"/tmp", main["workingDir"]}
     assert all("emptyDir" in volume for volume in writable.values())
-    # The alert outbox is a relative path, so it lands in the writable working directory.
+    # Every file the process writes (anomaly sink, alert outbox, silences) lands in one of them.
     routes = yaml.safe_load(one(objects, "ConfigMap")["data"]["alerts.yaml"])
-    assert not Path(routes["delivery"]["outbox"]).is_absolute()
+    written = [
+        serve_config(objects)["sink"]["path"],
+        routes["delivery"]["outbox"],
+        routes["silences_file"],
+    ]
+    for path in written:
+        resolved = Path(main["workingDir"]) / path  # relative paths start at the working dir
+        assert any(resolved.is_relative_to(mount) for mount in writable), path
 
 
 def test_probes_cover_startup_readiness_and_liveness_on_the_config_port(helm: str) -> None:
