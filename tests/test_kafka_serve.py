@@ -138,9 +138,7 @@ class Serve:
         assert response is not None and response.status_code == 200
         for family in text_string_to_metric_families(response.text):
             for sample in family.samples:
-                if sample.name == name and all(
-                    sample.labels.get(k) == v for k, v in labels.items()
-                ):
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                     return sample.value
         return 0.0
 
@@ -219,9 +217,7 @@ def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
         in_sink = {(a["source"], a["offset"]) for a in read_jsonl(serve.sink)}
         for (t, partition), offset in committed.items():
             missing = [o for o in range(offset) if (f"{t}/{partition}", o) not in scored]
-            assert not missing, (
-                f"committed {offset} on {t}/{partition} before scoring {missing[:5]}"
-            )
+            assert not missing, f"committed {offset} on {t}/{partition} before scoring {missing[:5]}"
         assert {(e["source"], e["offset"]) for e in audit if e["anomaly"]} <= in_sink
 
     serve.start()
@@ -279,8 +275,7 @@ def test_poison_messages_are_counted_logged_once_and_dead_lettered(
     dead = f"{topic}-dead"
     asyncio.run(create_topic(kafka_broker.bootstrap, dead, 1))
     good = [
-        (k, json.dumps({"message": v.decode(), "host": k.decode()}).encode())
-        for k, v in normal_lines(20, 15)
+        (k, json.dumps({"message": v.decode(), "host": k.decode()}).encode()) for k, v in normal_lines(20, 15)
     ]
     poison: list[tuple[bytes | None, bytes | None]] = [
         (b"k", b"\xff\xfe\xfa not utf-8"),
@@ -329,6 +324,30 @@ def test_poison_messages_are_counted_logged_once_and_dead_lettered(
     assert dead_ends[0] == len(poison)
 
 
+def test_backpressure_pauses_and_resumes_without_losing_lines(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """Past max_inflight_lines the partitions pause, below half they resume; no line is lost."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(150, seed=18)))
+    serve = Serve(
+        tmp_path,
+        kafka_broker,
+        serve_model_dir,
+        topic,
+        group,
+        kafka={"max_poll_records": 16},
+        max_inflight_lines=32,
+    ).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed")
+    assert serve.terminate() == 0
+    events = [e.get("event") for e in serve.logs()]
+    assert "backpressure: partitions paused" in events
+    assert "backpressure: partitions resumed" in events
+    assert len(serve.audited()) == 150
+
+
 def test_consumer_resumes_after_broker_restart(
     kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -340,9 +359,7 @@ def test_consumer_resumes_after_broker_restart(
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "first lines committed")
     kafka_broker.restart()
     asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=17)))
-    wait_for(
-        lambda: fully_committed(kafka_broker, group, topic, 1), "lines after the restart committed"
-    )
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "lines after the restart committed")
     assert serve.process is not None and serve.process.poll() is None
     assert serve.terminate() == 0
     assert len(serve.audited()) == 60
