@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
-
 from logstream.records import LogRecord
 
 

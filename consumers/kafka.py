@@ -118,9 +118,7 @@ class KafkaSource:
                     timestamp=timestamp,
                 )
                 if isinstance(parsed, Rejected):
-                    self.rejects.add(
-                        parsed, topic=tp.topic, partition=tp.partition, offset=message.offset
-                    )
+                    self.rejects.add(parsed, topic=tp.topic, partition=tp.partition, offset=message.offset)
                     await self._dead_letter(message, parsed, source)
                 else:
                     batch.records.append(parsed)
@@ -142,9 +140,7 @@ class KafkaSource:
             )
             DEAD_LETTERS.inc()
         except KafkaError as exc:
-            log.error(
-                "dead-letter copy failed", source=source, offset=message.offset, error=str(exc)
-            )
+            log.error("dead-letter copy failed", source=source, offset=message.offset, error=str(exc))
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
         """Commit next offsets of partitions we still own; False if the commit failed.

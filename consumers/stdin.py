@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 from logstream.consumers.file import parse_lines
 from logstream.consumers.parse import RecordParser, RejectLog
-
 from logstream.records import LogRecord
 
 

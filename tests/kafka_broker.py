@@ -124,9 +124,7 @@ class KafkaBroker:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise BrokerError(
-                    f"broker exited with {self._process.returncode}; see {self.log_path}"
-                )
+                raise BrokerError(f"broker exited with {self._process.returncode}; see {self.log_path}")
             if asyncio.run(_answers_metadata(self.bootstrap)):
                 return
             time.sleep(0.5)
@@ -194,10 +192,7 @@ async def produce(
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
-        futures = [
-            await producer.send(topic, value, key=key, partition=partition)
-            for key, value in messages
-        ]
+        futures = [await producer.send(topic, value, key=key, partition=partition) for key, value in messages]
         metadata = [await future for future in futures]
     finally:
         await producer.stop()

@@ -11,9 +11,7 @@ from logstream.records import LogRecord
 from logstream.settings import InputSettings
 
 
-def _parse(
-    value: bytes | None, key: bytes | None = None, **settings: object
-) -> LogRecord | Rejected:
+def _parse(value: bytes | None, key: bytes | None = None, **settings: object) -> LogRecord | Rejected:
     return RecordParser(InputSettings(**settings)).parse(value, key=key, source="t/0", offset=7)
 
 
@@ -45,14 +43,8 @@ def test_stream_from_json_field() -> None:
 def test_stream_from_regex_group_or_whole_match() -> None:
     """stream_key regex takes group 1 when the regex has one, else the whole match."""
     line = b"081109 203615 INFO dfs.DataNode: Receiving block blk_-1608999687919862906 src"
-    assert (
-        _parse(line, stream_key="regex", stream_regex=r"blk_-?\d+").stream
-        == "blk_-1608999687919862906"
-    )
-    assert (
-        _parse(line, stream_key="regex", stream_regex=r"blk_(-?\d+)").stream
-        == "-1608999687919862906"
-    )
+    assert _parse(line, stream_key="regex", stream_regex=r"blk_-?\d+").stream == "blk_-1608999687919862906"
+    assert _parse(line, stream_key="regex", stream_regex=r"blk_(-?\d+)").stream == "-1608999687919862906"
 
 
 @pytest.mark.parametrize(
@@ -88,9 +80,7 @@ def test_stream_falls_back_to_default(settings: dict, value: bytes, key: bytes |
         (b'{"message": "  "}', {"format": "json"}, "empty"),
     ],
 )
-def test_bad_input_is_rejected_with_its_kind(
-    value: bytes | None, settings: dict, kind: str
-) -> None:
+def test_bad_input_is_rejected_with_its_kind(value: bytes | None, settings: dict, kind: str) -> None:
     """Bad input is a Rejected of the right kind, never an exception."""
     rejected = _parse(value, **settings)
     assert isinstance(rejected, Rejected)

@@ -71,9 +71,7 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ("kafka: {topics: [logs]}\n", "model", "Field required"),
     ],
 )
-def test_invalid_setting_names_field_and_reason(
-    tmp_path: Path, text: str, field: str, reason: str
-) -> None:
+def test_invalid_setting_names_field_and_reason(tmp_path: Path, text: str, field: str, reason: str) -> None:
     """A wrong setting fails with one line that names the field and says why."""
     with pytest.raises(SettingsError) as caught:
         load_settings(_write(tmp_path, text))
