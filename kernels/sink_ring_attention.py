@@ -250,9 +250,8 @@ def sink_ring_attention(
 
     G = H // Hkv
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    # The interpreter runs whole blocks as numpy ops: bigger blocks, fewer steps.
-    block_m = min(triton.next_power_of_2(T * G), 128 if interpret else 64)
-    block_m = max(block_m, 16)
+    # The interpreter runs whole blocks as numpy ops: more rows per program, fewer programs.
+    block_m = max(16, min(triton.next_power_of_2(T * G), 128 if interpret else 64))
     block_n = 64
     programs = triton.cdiv(T * G, block_m) * B * Hkv
     splits = num_splits or _pick_splits(programs, L, q.device)

@@ -1,7 +1,7 @@
 """Triton kernels equal the torch reference, run by Triton's interpreter on CPU.
 
 The kernels run in a worker process with TRITON_INTERPRET=1 (see
-kernels_interpreter.py for why not in this process); the reference runs here.
+kernels_support.py for why not in this process); the reference runs here.
 Shapes are small because the interpreter is slow, but every case that changes
 the control flow is covered: wrap-around, partial and empty rings, ragged
 chunks, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a power
@@ -11,11 +11,10 @@ of two, split-K, strided inputs and the three dtypes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import torch
-from kernels_interpreter import Interpreter
+from kernels_support import Case, Interpreter, make_inputs
 
 from logstream.kernels import reference
 from logstream.kernels.dispatch import FORCE_TRITON_ENV, backend_for
@@ -31,45 +30,6 @@ def interpreter() -> Iterator[Interpreter]:
     worker = Interpreter()
     yield worker
     worker.close()
-
-
-@dataclass(frozen=True)
-class Case:
-    B: int = 3
-    H: int = 4
-    Hkv: int = 2
-    T: int = 1
-    D: int = 16
-    S: int = 4
-    L: int = 37  # not a power of two
-    dtype: torch.dtype = torch.float32
-    seed: int = 0
-
-
-def make_inputs(c: Case, fill: list[int] | None = None, head: list[int] | None = None) -> dict:
-    """Random K/V/q, a pool with more slots than streams, RoPE tables as the engine builds them."""
-    g = torch.Generator().manual_seed(c.seed)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g).to(c.dtype)
-
-    N = c.B + 2
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, c.D, 2).float() / c.D))
-    cos, sin = reference.rope_tables(inv_freq, c.S + 2 * c.L)
-    return {
-        "q": randn(c.B, c.H, c.T, c.D),
-        "k_new": randn(c.B, c.Hkv, c.T, c.D),
-        "v_new": randn(c.B, c.Hkv, c.T, c.D),
-        "sink_k": randn(c.Hkv, c.S, c.D),
-        "sink_v": randn(c.Hkv, c.S, c.D),
-        "ring_k": randn(N, c.Hkv, c.L, c.D),
-        "ring_v": randn(N, c.Hkv, c.L, c.D),
-        "slots": torch.randperm(N, generator=g)[: c.B],
-        "head": torch.tensor(head) if head else torch.randint(0, c.L, (c.B,), generator=g),
-        "fill": torch.tensor(fill) if fill else torch.randint(0, c.L + 1, (c.B,), generator=g),
-        "cos": cos,
-        "sin": sin,
-    }
 
 
 def check_attention(interpreter: Interpreter, inputs: dict, dtype: torch.dtype, **kw) -> None:
@@ -156,9 +116,7 @@ def ring_write_returning(**inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 @pytest.mark.parametrize(
     ("dtype", "T", "L"), [(torch.float32, 7, 37), (torch.bfloat16, 1, 13), (torch.float32, 64, 67)]
 )
-def test_ring_write_matches_reference(
-    interpreter: Interpreter, dtype: torch.dtype, T: int, L: int
-) -> None:
+def test_ring_write_matches_reference(interpreter: Interpreter, dtype: torch.dtype, T: int, L: int) -> None:
     """Ragged chunks (0..T tokens) land at (head + i) mod L, wrapping; nothing else changes."""
     c = Case(B=4, T=T, L=L, dtype=dtype, seed=T)
     x = make_inputs(c, head=[L - 2, 0, 5, L - 1])
@@ -168,9 +126,7 @@ def test_ring_write_matches_reference(
         args[name] = args[name].transpose(1, 2).contiguous().transpose(1, 2)
     want_k, want_v = args["ring_k"].clone(), args["ring_v"].clone()
     reference.ring_write(want_k, want_v, x["slots"], x["head"], x["k_new"], x["v_new"], chunk_len)
-    got_k, got_v = interpreter.call(
-        "test_kernels_triton:ring_write_returning", **args, chunk_len=chunk_len
-    )
+    got_k, got_v = interpreter.call("test_kernels_triton:ring_write_returning", **args, chunk_len=chunk_len)
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
 
 

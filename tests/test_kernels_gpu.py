@@ -1,0 +1,107 @@
+"""The compiled Triton kernels on a real GPU: the reference's results, no allocations, CUDA graphs.
+
+Skipped without CUDA (the CPU run of the same kernels is test_kernels_triton.py,
+under Triton's interpreter) and when TRITON_INTERPRET=1 is set in this process,
+which would interpret instead of compiling.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+from kernels_support import Case, make_inputs
+
+from logstream.kernels import reference
+from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none found)"),
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1",
+        reason="TRITON_INTERPRET=1 would interpret, not compile, the kernels",
+    ),
+]
+# fp32 dots run in IEEE fp32. 16-bit: P is rounded to the cache dtype for P @ V, as in
+# flash attention, which the fp32 reference does not do.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def check(inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    want_out, want_lse = reference.sink_ring_attention(**inputs)
+    got_out, got_lse = sink_ring_attention(**inputs)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(got_out, want_out, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_lse, want_lse, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [1, 7, 128])
+def test_attention_matches_reference_on_gpu(dtype: torch.dtype, D: int, T: int) -> None:
+    """Decode and chunks, wrapped/partial/empty rings, GQA 4, L not a power of two."""
+    c = Case(B=6, H=8, Hkv=2, T=T, D=D, S=64, L=300, dtype=dtype, seed=T + D)
+    fill = [300, 299, 0, 17, 300, 150]
+    head = [0, 299, 0, 17, 123, 7]
+    x = make_inputs(c, fill=fill, head=head, device="cuda")
+    assert backend_for(x["q"]) == "triton"
+    check(x, dtype)
+
+
+def test_split_k_heuristic_on_gpu() -> None:
+    """One stream, few kv heads: the wrapper splits the ring over the SMs and still matches."""
+    c = Case(B=1, H=8, Hkv=1, T=1, D=128, S=16, L=2048, dtype=torch.bfloat16, seed=3)
+    check(make_inputs(c, fill=[2048], head=[1000], device="cuda"), c.dtype)
+
+
+def test_ring_write_matches_reference_and_allocates_nothing() -> None:
+    """Ragged chunks land where the reference puts them; the call makes no allocator request."""
+    c = Case(B=5, Hkv=2, T=64, D=128, L=300, dtype=torch.bfloat16, seed=9)
+    x = make_inputs(c, head=[299, 0, 250, 5, 100], device="cuda")
+    chunk_len = torch.tensor([64, 0, 64, 1, 33], device="cuda")
+    args = [x["slots"], x["head"], x["k_new"], x["v_new"], chunk_len]
+    want_k, want_v = x["ring_k"].clone(), x["ring_v"].clone()
+    reference.ring_write(want_k, want_v, *args)
+    ring_write(x["ring_k"], x["ring_v"], *args)  # warm-up: compiles
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    ring_write(x["ring_k"], x["ring_v"], *args)  # same data again: idempotent
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    assert torch.equal(x["ring_k"], want_k) and torch.equal(x["ring_v"], want_v)
+
+
+def test_decode_step_replays_as_cuda_graph() -> None:
+    """Attention + ring write captured once replay with new inputs, matching eager, zero allocations."""
+    c = Case(B=16, H=8, Hkv=2, T=1, D=64, S=32, L=256, dtype=torch.bfloat16, seed=4)
+    x = make_inputs(c, device="cuda")
+    chunk_len = torch.ones(c.B, dtype=torch.long, device="cuda")
+    keys = ("q", "k_new", "v_new", "head", "fill")
+
+    def step() -> torch.Tensor:
+        out, _ = sink_ring_attention(**x)
+        ring_write(x["ring_k"], x["ring_v"], x["slots"], x["head"], x["k_new"], x["v_new"], chunk_len)
+        return out
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # compile and warm the allocator outside the graph
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = step()
+
+    new = make_inputs(replace(c, seed=5), device="cuda")
+    for k in keys:
+        x[k].copy_(new[k])
+    want = sink_ring_attention(**x)[0]  # eager, before the replay writes the ring
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    torch.testing.assert_close(static_out, want, atol=0, rtol=0)
