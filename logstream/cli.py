@@ -26,7 +26,7 @@ from logstream.inputs import (
     streams_from_sessions,
 )
 from logstream.model import PRESETS, ModelDirError
-from logstream.replay import ReplayOptions, ReplayReport, run_replay
+from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay
 from logstream.train import TrainConfig, save, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
@@ -44,7 +44,7 @@ class AutoTrain(StrEnum):
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False)
+    sys.stderr.write(f"error: {message}\n")
     return typer.Exit(2)
 
 
@@ -171,9 +171,10 @@ def replay_command(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value, train_config=_train_config(preset, window, seed, epochs, max_steps),
     )  # fmt: skip
+    data = load_replay_input(options)
     with _progress() as progress:
         task = progress.add_task("scoring lines", total=None, info="")
-        report = run_replay(options, tick=lambda n: progress.advance(task, n))
+        report = run_replay(options, data, tick=lambda n: progress.advance(task, n))
     print_report(report, Console())
     summary = report.summary()
     if json_output:
@@ -203,7 +204,7 @@ def main() -> None:
     try:
         app()
     except (InputError, ModelDirError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -180,22 +181,44 @@ def _trained_parts(detector: Detector) -> Trained:
     return Trained(detector.engine.model, detector.tokenizer, detector.meta)
 
 
-def run_replay(options: ReplayOptions, tick: Callable[[int], None] = lambda n: None) -> ReplayReport:
-    """Score the input as if it were live; train on it first when no model is given."""
+@dataclass
+class ReplayInput:
+    """The validated input: lines or sessions, labels, and the stream key."""
+
+    items: list[Any]  # lines (str) or Session
+    labels: list[int] | None
+    key: re.Pattern[str] | None
+    stats: InputStats
+    detector: Detector | None  # loaded from --model, else trained during the replay
+
+
+def load_replay_input(options: ReplayOptions) -> ReplayInput:
+    """Read and check input and model before any work starts; raises InputError/ModelDirError."""
     stats = InputStats()
     key = compile_stream_key(options.stream_key)
-    config = options.train_config
     if options.format == "sessions":
         items: list[Any] = read_sessions(options.input, stats)
-        to_streams: Callable[[list[Any]], list[Stream]] = streams_from_sessions
     else:
         items = read_lines(options.input, stats)
-        to_streams = lambda lines: streams_from_lines(lines, key)  # noqa: E731
     labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
+    detector = Detector.load(options.model) if options.model is not None else None
+    return ReplayInput(items, labels, key, stats, detector)
+
+
+def run_replay(
+    options: ReplayOptions, data: ReplayInput, tick: Callable[[int], None] = lambda n: None
+) -> ReplayReport:
+    """Score the input as if it were live; train on it first when no model is given."""
+    items, labels, key, stats = data.items, data.labels, data.key, data.stats
+    config = options.train_config
+    if options.format == "sessions":
+        to_streams: Callable[[list[Any]], list[Stream]] = streams_from_sessions
+    else:
+        to_streams = lambda lines: streams_from_lines(lines, key)  # noqa: E731
 
     # (first index, items, detector) per part scored by one model
-    if options.model is not None:
-        parts = [(0, items, Detector.load(options.model))]
+    if data.detector is not None:
+        parts = [(0, items, data.detector)]
     elif options.auto_train == "first":
         cut = int(len(items) * TRAIN_FRACTION)
         parts = [(cut, items[cut:], _train_on(to_streams(items[:cut]), config))]
