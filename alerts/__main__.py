@@ -11,7 +11,6 @@ Errors are one line on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import signal
 import sys
@@ -32,7 +31,7 @@ def deliver_command(routes: str, until_idle: bool) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        asyncio.run(DeliveryWorker(outbox).run(stop, until_idle=until_idle))
+        DeliveryWorker(outbox).run(stop, until_idle=until_idle)
     finally:
         outbox.close()
     return 0

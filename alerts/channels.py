@@ -55,9 +55,7 @@ class Channel:
 
     def render(self, alert: Alert, idempotency_key: str) -> Request:
         request = RENDERERS[self.kind](self.config, alert)
-        return Request(
-            request.url, request.body, {**request.headers, "Idempotency-Key": idempotency_key}
-        )
+        return Request(request.url, request.body, {**request.headers, "Idempotency-Key": idempotency_key})
 
 
 def channels(config: AlertsConfig) -> dict[str, Channel]:

@@ -217,7 +217,7 @@ class Delivery(_Strict):
     backoff: Backoff = Backoff()
     max_retry_after: Duration = Field(default=3600.0, gt=0)
     give_up_after: Duration = Field(default=86400.0, gt=0)
-    concurrency: int = Field(default=16, gt=0)
+    concurrency: int = Field(default=8, gt=0)
     poll_interval: Duration = Field(default=0.5, gt=0)
     synchronous: Literal["full", "normal"] = "full"
 
@@ -249,8 +249,7 @@ class AlertsConfig(_Strict):
         for path, node in _walk(self.route, "route"):
             if node.receiver is not None and node.receiver not in names:
                 raise ValueError(
-                    f"{path}.receiver: unknown receiver {node.receiver!r} "
-                    f"(known: {', '.join(names)})"
+                    f"{path}.receiver: unknown receiver {node.receiver!r} (known: {', '.join(names)})"
                 )
         return self
 

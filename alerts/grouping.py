@@ -136,9 +136,7 @@ def evaluate(
         len(group.fingerprints) > group.notified_distinct
         and now >= (group.last_notified or 0.0) + group.timing.group_interval
     )
-    repeat = group.last_notified is not None and (
-        now >= group.last_notified + group.timing.repeat_interval
-    )
+    repeat = group.last_notified is not None and (now >= group.last_notified + group.timing.repeat_interval)
     if silenced_until is not None and (changed or repeat):
         if group.state == "pending" and now >= quiet_at:  # muted for its whole life
             return replace(group, state="resolved", next_eval=NEVER), None

@@ -21,14 +21,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from logstream.alerts.alert import Alert
+from logstream.alerts.alert import Alert, shallow_dict
 from logstream.alerts.channels import channels
-from logstream.alerts.config import AlertsConfig
+from logstream.alerts.config import AlertsConfig, Silence
 from logstream.alerts.grouping import Group, absorb, evaluate
 from logstream.alerts.routing import Timing, anomaly_labels, group_key, route
 from logstream.alerts.silences import SilenceSet, silenced_by
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     delivered_at REAL,
     last_error TEXT
 );
-CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_attempt_at, id);
 CREATE INDEX IF NOT EXISTS deliveries_order ON deliveries (channel, dedup_key, state, id);
 CREATE TABLE IF NOT EXISTS dead_letters (
     id INTEGER PRIMARY KEY,
@@ -125,11 +125,7 @@ class Attempt:
 
 def channel_names(config: AlertsConfig, receiver: str) -> list[tuple[str, bool]]:
     """(channel name, send_resolved) for each channel config of a receiver, in file order."""
-    return [
-        (c.name, c.config.send_resolved)
-        for c in channels(config).values()
-        if c.receiver == receiver
-    ]
+    return [(c.name, c.config.send_resolved) for c in channels(config).values() if c.receiver == receiver]
 
 
 def idempotency_key(dedup_key: str, sequence: int, channel: str) -> str:
@@ -154,12 +150,12 @@ class Outbox:
         self._silences = SilenceSet(config.silences, config.silences_file)
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={config.delivery.synchronous.upper()}")
-        self._db.executescript(SCHEMA)
+        # Two connections, one lock: `put` commits at the configured durability (FULL:
+        # fsync per put, what lets a source commit its offsets); the worker's own writes
+        # (timers fired, outcomes) use NORMAL, since losing one to a power cut only means
+        # a timer re-fires or a delivery is re-sent with the same idempotency key.
+        self._db = _connect(path, config.delivery.synchronous)
+        self._wdb = self._db if str(path) == ":memory:" else _connect(path, "normal")
 
     # -- the sink side ---------------------------------------------------------------
 
@@ -168,7 +164,7 @@ class Outbox:
         if not anomalies:
             return
         now = self.clock()
-        with self._lock, self._transaction():
+        with self._lock, self._transaction(self._db):
             touched: dict[str, Group] = {}
             for anomaly in anomalies:
                 labels = anomaly_labels(anomaly)
@@ -186,6 +182,7 @@ class Outbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._wdb.close()
 
     # -- grouping timers ------------------------------------------------------------
 
@@ -193,10 +190,16 @@ class Outbox:
         """Evaluate due groups; enqueue a delivery per channel for each notification made."""
         now = self.clock() if now is None else now
         silences = self._silences.current()
+        with self._lock:
+            if not self._wdb.execute("SELECT 1 FROM groups WHERE next_eval <= ?", (now,)).fetchone():
+                return []  # nothing due: no write transaction
+            return self._flush(now, silences)
+
+    def _flush(self, now: float, silences: list[Silence]) -> list[Alert]:
         resolve_timeout = self.config.global_.resolve_timeout
         made: list[Alert] = []
-        with self._lock, self._transaction():
-            rows = self._db.execute(
+        with self._transaction(self._wdb):
+            rows = self._wdb.execute(
                 "SELECT data FROM groups WHERE next_eval <= ? ORDER BY next_eval LIMIT ?",
                 (now, FLUSH_BATCH),
             ).fetchall()
@@ -205,15 +208,13 @@ class Outbox:
                 silence = silenced_by(silences, group.labels, now)
                 until = silence.expires_at if silence is not None else None
                 group, status = evaluate(group, now, resolve_timeout, until)
-                self._db.execute(
+                self._wdb.execute(
                     "UPDATE groups SET state = ?, next_eval = ?, data = ? WHERE key = ?",
                     (group.state, group.next_eval, _dump_group(group), group.key),
                 )
                 if status is None:
                     if silence is not None:
-                        log.info(
-                            "alert_silenced", alert_id=group.dedup_key, comment=silence.comment
-                        )
+                        log.info("alert_silenced", alert_id=group.dedup_key, comment=silence.comment)
                     continue
                 alert = Alert.of(group, status, resolve_timeout)
                 made.append(alert)
@@ -225,7 +226,7 @@ class Outbox:
         if not channels:
             log.warning("alert_receiver_gone", alert_id=alert.dedup_key, receiver=alert.receiver)
         body = alert.to_json()
-        self._db.executemany(
+        self._wdb.executemany(
             "INSERT OR IGNORE INTO deliveries"
             " (idem_key, channel, dedup_key, alert, created_at, next_attempt_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
@@ -244,7 +245,7 @@ class Outbox:
         dedup_key) has an earlier pending delivery (kept in order per incident)."""
         busy = set(busy)
         with self._lock:
-            rows = self._db.execute(
+            rows = self._wdb.execute(
                 "SELECT d.id, d.idem_key, d.channel, d.alert, d.attempts, d.created_at"
                 " FROM deliveries d WHERE d.state = 'pending' AND d.next_attempt_at <= ?"
                 " AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.channel = d.channel"
@@ -263,49 +264,49 @@ class Outbox:
         """Record a batch of attempt outcomes in one transaction."""
         if not outcomes:
             return
-        with self._lock, self._transaction():
+        with self._lock, self._transaction(self._wdb):
             for o in outcomes:
                 d = o.delivery
                 if o.kind == "deferred":
-                    self._db.execute(
+                    self._wdb.execute(
                         "UPDATE deliveries SET next_attempt_at = ? WHERE id = ?", (o.retry_at, d.id)
                     )
                     continue
-                self._db.execute(
+                self._wdb.execute(
                     "INSERT INTO attempts (delivery_id, idem_key, started_at, at, outcome,"
                     " status_code, retry_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (d.id, d.idem_key, o.started_at, o.at, o.kind, o.status_code, o.retry_at),
                 )
                 if o.kind == "delivered":
-                    self._db.execute(
+                    self._wdb.execute(
                         "UPDATE deliveries SET state = 'delivered', delivered_at = ?,"
                         " attempts = attempts + 1 WHERE id = ?",
                         (o.at, d.id),
                     )
                 elif o.kind == "retry":
-                    self._db.execute(
+                    self._wdb.execute(
                         "UPDATE deliveries SET attempts = attempts + 1, next_attempt_at = ?,"
                         " last_error = ? WHERE id = ?",
                         (o.retry_at, o.error, d.id),
                     )
                 else:
-                    self._db.execute(
+                    self._wdb.execute(
                         "INSERT INTO dead_letters (idem_key, channel, alert, attempts,"
                         " status_code, reason, failed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (d.idem_key, d.channel, d.alert.to_json(), d.attempts + 1,
                          o.status_code, o.error, o.at),
                     )  # fmt: skip
-                    self._db.execute("DELETE FROM deliveries WHERE id = ?", (d.id,))
+                    self._wdb.execute("DELETE FROM deliveries WHERE id = ?", (d.id,))
 
     def next_eval(self) -> float | None:
         """Earliest group timer (a first notification, repeat or resolve)."""
         with self._lock:
-            return self._db.execute("SELECT MIN(next_eval) FROM groups").fetchone()[0]
+            return self._wdb.execute("SELECT MIN(next_eval) FROM groups").fetchone()[0]
 
     def next_due(self) -> float | None:
         """Earliest time anything (a group timer or a delivery) becomes due."""
         with self._lock:
-            b = self._db.execute(
+            b = self._wdb.execute(
                 "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'"
             ).fetchone()[0]
         times = [t for t in (self.next_eval(), b) if t is not None]
@@ -314,13 +315,13 @@ class Outbox:
     def pending(self) -> int:
         """Deliveries not yet delivered or dead-lettered."""
         with self._lock:
-            row = self._db.execute("SELECT COUNT(*) FROM deliveries WHERE state = 'pending'")
+            row = self._wdb.execute("SELECT COUNT(*) FROM deliveries WHERE state = 'pending'")
             return int(row.fetchone()[0])
 
     def dead_letters(self) -> list[tuple[str, str, int | None, str]]:
         """(idem_key, channel, status_code, reason) of each dead-lettered delivery."""
         with self._lock:
-            rows = self._db.execute(
+            rows = self._wdb.execute(
                 "SELECT idem_key, channel, status_code, reason FROM dead_letters ORDER BY id"
             ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
@@ -328,7 +329,7 @@ class Outbox:
     def attempts(self, idem_key: str) -> list[Attempt]:
         """Each attempt of one delivery, in order."""
         with self._lock:
-            rows = self._db.execute(
+            rows = self._wdb.execute(
                 "SELECT started_at, at, outcome, status_code, retry_at FROM attempts"
                 " WHERE idem_key = ? ORDER BY started_at",
                 (idem_key,),
@@ -338,7 +339,7 @@ class Outbox:
     def delivered_keys(self) -> set[str]:
         """Idempotency keys of deliveries the receivers acknowledged."""
         with self._lock:
-            rows = self._db.execute("SELECT idem_key FROM deliveries WHERE state = 'delivered'")
+            rows = self._wdb.execute("SELECT idem_key FROM deliveries WHERE state = 'delivered'")
             return {r[0] for r in rows.fetchall()}
 
     # -- helpers --------------------------------------------------------------------
@@ -347,8 +348,8 @@ class Outbox:
         row = self._db.execute("SELECT data FROM groups WHERE key = ?", (key,)).fetchone()
         return _load_group(row[0]) if row else None
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _transaction(self, db: sqlite3.Connection) -> _Transaction:
+        return _Transaction(db)
 
 
 class _Transaction:
@@ -364,8 +365,18 @@ class _Transaction:
         self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
 
 
+def _connect(path: str | Path, synchronous: str) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    db.executescript(SCHEMA)
+    return db
+
+
 def _dump_group(group: Group) -> str:
-    return json.dumps(asdict(group), separators=(",", ":"))
+    data = shallow_dict(group)
+    data["timing"] = shallow_dict(group.timing)
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _load_group(text: str) -> Group:

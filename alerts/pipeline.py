@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -114,7 +113,7 @@ def drain(outbox: Outbox, *, timeout: float, clock: Callable[[], float] = time.t
     timer = threading.Timer(timeout, stop.set)
     timer.start()
     try:
-        asyncio.run(worker.run(stop, until_idle=True))
+        worker.run(stop, until_idle=True)
     finally:
         timer.cancel()
     return outbox.pending()

@@ -91,12 +91,8 @@ def _children(node: Route, here: Match, labels: Mapping[str, str], score: float)
 def _timing(node: Route, parent: Timing) -> Timing:
     return Timing(
         group_wait=parent.group_wait if node.group_wait is None else node.group_wait,
-        group_interval=(
-            parent.group_interval if node.group_interval is None else node.group_interval
-        ),
-        repeat_interval=(
-            parent.repeat_interval if node.repeat_interval is None else node.repeat_interval
-        ),
+        group_interval=(parent.group_interval if node.group_interval is None else node.group_interval),
+        repeat_interval=(parent.repeat_interval if node.repeat_interval is None else node.repeat_interval),
     )
 
 

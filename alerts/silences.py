@@ -28,9 +28,7 @@ def matches(globs: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(fnmatchcase(labels.get(name, ""), glob) for name, glob in globs.items())
 
 
-def silenced_by(
-    silences: Sequence[Silence], labels: Mapping[str, str], now: float
-) -> Silence | None:
+def silenced_by(silences: Sequence[Silence], labels: Mapping[str, str], now: float) -> Silence | None:
     """The first active silence that mutes these labels, if any."""
     for silence in silences:
         if silence.starts_at <= now < silence.expires_at and matches(silence.matchers, labels):
@@ -57,9 +55,7 @@ def load_silences(path: str | Path) -> list[Silence]:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             reason = first["msg"].removeprefix("Value error, ")
-            raise AlertConfigError(
-                f"{path}: [{i}]{'.' + where if where else ''}: {reason}"
-            ) from None
+            raise AlertConfigError(f"{path}: [{i}]{'.' + where if where else ''}: {reason}") from None
     return out
 
 
@@ -69,9 +65,7 @@ def add_silence(path: str | Path, silence: Silence) -> list[Silence]:
     silences = [*load_silences(path), silence]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(
-        yaml.safe_dump([s.model_dump() for s in silences], sort_keys=False), encoding="utf-8"
-    )
+    tmp.write_text(yaml.safe_dump([s.model_dump() for s in silences], sort_keys=False), encoding="utf-8")
     os.replace(tmp, path)
     return silences
 
