@@ -2,8 +2,9 @@
 
 `LOGSTREAM_FORCE_TRITON=1` sends CPU tensors to the Triton kernels too; with
 `TRITON_INTERPRET=1` set before Triton is first imported, they run in Triton's
-interpreter (how CI tests the kernels without a GPU). The switch is read on
-every call, so a process can compare both paths. Triton is imported only when
+interpreter (how CI tests the kernels without a GPU). `LOGSTREAM_FORCE_REFERENCE=1`
+sends CUDA tensors to the torch reference (an escape hatch, and the benchmark's
+baseline). The switches are read on every call, so a process can compare paths. Triton is imported only when
 a kernel is first used, so CPU-only installs never load it.
 """
 
@@ -18,10 +19,13 @@ from logstream.kernels import reference
 
 Backend = Literal["triton", "reference"]
 FORCE_TRITON_ENV = "LOGSTREAM_FORCE_TRITON"
+FORCE_REFERENCE_ENV = "LOGSTREAM_FORCE_REFERENCE"
 
 
 def backend_for(x: torch.Tensor) -> Backend:
     """The implementation a call with tensors on x's device takes."""
+    if os.environ.get(FORCE_REFERENCE_ENV) == "1":
+        return "reference"
     if x.is_cuda or os.environ.get(FORCE_TRITON_ENV) == "1":
         return "triton"
     return "reference"

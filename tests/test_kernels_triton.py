@@ -17,7 +17,7 @@ import torch
 from kernels_support import Case, Interpreter, make_inputs
 
 from logstream.kernels import reference
-from logstream.kernels.dispatch import FORCE_TRITON_ENV, backend_for
+from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, FORCE_TRITON_ENV, backend_for
 
 ATTENTION = "logstream.kernels.sink_ring_attention:sink_ring_attention"
 # fp32 matches to rounding. bf16: the interpreter truncates fp32 -> bf16 (a GPU rounds to
@@ -130,10 +130,13 @@ def test_ring_write_matches_reference(interpreter: Interpreter, dtype: torch.dty
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
 
 
-def test_dispatch_follows_device_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU tensors take the reference unless LOGSTREAM_FORCE_TRITON=1 forces Triton."""
+def test_dispatch_follows_device_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU tensors take the reference unless LOGSTREAM_FORCE_TRITON=1; FORCE_REFERENCE wins."""
     x = torch.zeros(1)
     monkeypatch.delenv(FORCE_TRITON_ENV, raising=False)
+    monkeypatch.delenv(FORCE_REFERENCE_ENV, raising=False)
     assert backend_for(x) == "reference"
     monkeypatch.setenv(FORCE_TRITON_ENV, "1")
     assert backend_for(x) == "triton"
+    monkeypatch.setenv(FORCE_REFERENCE_ENV, "1")
+    assert backend_for(x) == "reference"
