@@ -312,13 +312,14 @@ async def serve(settings: ServeSettings) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        try:
-            graceful = await Service(settings, detector, sink, health, audit).run(stop)
-        finally:
-            sink.close()
-            if audit is not None:
-                audit.close()
-        return 0 if graceful else 1
+        if not await Service(settings, detector, sink, health, audit).run(stop):
+            # the worker may be stuck in a batch: exit now, as the grace promised (what was
+            # handed off is durable; the rest is uncommitted and will be re-delivered)
+            os._exit(1)
+        sink.close()
+        if audit is not None:
+            audit.close()
+        return 0
     finally:
         server.shutdown()
 
