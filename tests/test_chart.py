@@ -240,6 +240,7 @@ def test_keda_trigger_watches_the_serve_consumer_group(helm: str) -> None:
             "config.serve.kafka.group_id=detectors-eu",
             "config.serve.kafka.bootstrap_servers=b-1:9092\\,b-2:9092",
             'config.serve.kafka.topics=["app-logs"]',
+            "keda.extraMetadata.consumerGroup=not-the-app-group",  # cannot override it
         ],
     )
     kafka = serve_config(objects)["kafka"]
@@ -626,6 +627,14 @@ def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, 
     assert env_refs  # the default routes do need secrets
     for name in env_refs:
         assert f"  {name}  (environment variable)" in notes
+
+
+def test_tool_install_is_idempotent(helm: str, kube_version: str) -> None:
+    """A second .ci/helm-tools.sh run finds every pinned piece in place and installs nothing."""
+    result = _run(["bash", str(REPO / ".ci" / "helm-tools.sh")])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("helm-tools: ready:"), result.stdout
 
 
 def _dockerfile_stages(path: Path) -> list[list[str]]:
