@@ -298,6 +298,15 @@ class Outbox:
                     )  # fmt: skip
                     self._wdb.execute("DELETE FROM deliveries WHERE id = ?", (d.id,))
 
+    def restamp_pending(self, now: float) -> None:
+        """Make every pending delivery due, and age, from `now` (replay: they were made on
+        event time, which may lie in the past or the future)."""
+        with self._lock, self._transaction(self._wdb):
+            self._wdb.execute(
+                "UPDATE deliveries SET created_at = ?, next_attempt_at = ? WHERE state = 'pending'",
+                (now, now),
+            )
+
     def next_eval(self) -> float | None:
         """Earliest group timer (a first notification, repeat or resolve)."""
         with self._lock:

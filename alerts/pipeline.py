@@ -88,6 +88,7 @@ def run_replay_alerts(
         alerts += _advance(outbox, until=float("inf"))  # until every group resolved
         pending = 0
         if deliver:
+            outbox.restamp_pending(time.time())
             pending = drain(outbox, timeout=timeout)
         return alerts, pending
     finally:

@@ -16,6 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from logstream.alerts.alert import rfc3339
+from logstream.alerts.config import AlertsConfig, parse_duration
+from logstream.alerts.config import load_config as load_alerts_config
+from logstream.alerts.pipeline import format_alert, run_replay_alerts
+from logstream.alerts.silences import parse_matchers, silence_for
 from logstream.inputs import (
     InputError,
     InputStats,
@@ -26,7 +31,10 @@ from logstream.inputs import (
     streams_from_sessions,
 )
 from logstream.model import PRESETS, ModelDirError
+from logstream.normalize import parse_level
+from logstream.records import Anomaly
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay
+from logstream.scoring import severity
 from logstream.train import TrainConfig, save, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
@@ -165,8 +173,18 @@ def replay_command(
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 2.0,
     max_steps: StepsOpt = 2000,
+    alerts: Annotated[
+        Path | None,
+        typer.Option(help="Alert routes file: also print the alerts on-call would have received."),
+    ] = None,
+    deliver: Annotated[
+        bool, typer.Option("--deliver", help="With --alerts: send those alerts (default: dry run).")
+    ] = False,
 ) -> None:
     """Backtest: stream a file through the detector as if live, then show the top anomalies."""
+    if deliver and alerts is None:
+        raise fail("--deliver needs --alerts FILE")
+    routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value, train_config=_train_config(preset, window, seed, epochs, max_steps),
@@ -176,11 +194,45 @@ def replay_command(
         task = progress.add_task("scoring lines", total=None, info="")
         report = run_replay(options, data, tick=lambda n: progress.advance(task, n))
     print_report(report, Console())
+    if routes is not None:
+        print_alerts(report, routes, deliver)
     summary = report.summary()
     if json_output:
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
         Console().print_json(json.dumps(summary))
+
+
+def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
+    """Route the replay's anomalies (as if all seen now) and print one line per notification."""
+    anomalies = [
+        Anomaly(
+            stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.score,
+            severity=severity(u.score, u.threshold, parse_level(u.text)), level=parse_level(u.text),
+            top_tokens=u.top_tokens, source="replay", offset=u.index,
+        )
+        for u in report.units if u.is_anomaly
+    ]  # fmt: skip
+    sent, pending = run_replay_alerts(anomalies, routes, deliver=deliver)
+    for alert in sent:
+        sys.stdout.write(format_alert(alert, routes) + "\n")
+    verb = "sent" if deliver else "would send (dry run; --deliver sends)"
+    left = f", {pending} still pending in the outbox" if pending else ""
+    summary = f"alerts: {len(anomalies)} anomalies -> {len(sent)} notifications {verb}{left}"
+    err.print(summary, highlight=False, markup=False)
+
+
+@app.command("silence")
+def silence_command(
+    alerts: Annotated[Path, typer.Option(help="Alert routes file (its silences_file gets the silence).")],
+    match: Annotated[list[str], typer.Option(help="LABEL=GLOB, e.g. stream='prod-db*'; repeatable.")],
+    duration: Annotated[str, typer.Option("--for", help="How long, e.g. 30m, 2h.")],
+    comment: Annotated[str, typer.Option(help="Why (shown in logs).")] = "",
+    by: Annotated[str, typer.Option(help="Who.")] = "",
+) -> None:
+    """Mute alerts whose labels match, for a while; a running serve picks it up."""
+    made = silence_for(alerts, parse_matchers(match), parse_duration(duration), comment, by)
+    sys.stdout.write(f"silenced {made.matchers} until {rfc3339(made.expires_at)}\n")
 
 
 @app.command("serve")
