@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 import httpx  # noqa: E402 - after the tests/ path insert, like the imports below
+import torch  # noqa: E402
 import yaml  # noqa: E402
 from kafka_broker import (  # noqa: E402
     KafkaBroker,
@@ -145,7 +146,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: train tiny)")
     parser.add_argument("--lag-seconds", type=float, default=30.0)
     parser.add_argument("--lag-share", type=float, default=0.5, help="produce rate / replay rate")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, replay and serve alike")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     work = Path(tempfile.mkdtemp(prefix="logstream-bench-"))
     model = args.model or train_model(work / "model")
@@ -161,7 +164,7 @@ def main() -> None:
         topic, lag_topic = "bench", "bench-lag"
         asyncio.run(create_topic(broker.bootstrap, topic, 1))
         asyncio.run(create_topic(broker.bootstrap, lag_topic, 1))
-        serve = start_serve(work, broker, model, [topic, lag_topic], args.batch)
+        serve = start_serve(work, broker, model, [topic, lag_topic], args.batch, args.threads)
         # alternate replay and Kafka rounds over the same lines: the machine is shared, so
         # compare medians over rounds, not one noisy pair
         replays, kafkas = [], []
@@ -186,6 +189,7 @@ def main() -> None:
     result = {
         "lines_per_round": len(messages),
         "batch": args.batch,
+        "threads": args.threads,
         "replay_lines_per_s": [round(r, 1) for r in replays],
         "kafka_lines_per_s": [round(k, 1) for k in kafkas],
         "overhead_ratio_of_medians": round(replay / kafka, 3),

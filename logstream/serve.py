@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import torch
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -297,6 +298,8 @@ async def serve(settings: ServeSettings) -> int:
     except OSError as exc:
         address = f"{settings.http.host}:{settings.http.port}"
         raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
+    if settings.model.threads is not None:
+        torch.set_num_threads(settings.model.threads)
     try:
         detector = await asyncio.to_thread(
             Detector.load,
