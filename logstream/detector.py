@@ -103,7 +103,7 @@ class Detector:
         prior = self.calibration.level_prior
         for stream, indices in by_stream.items():
             for i, token_nll in zip(indices, nll[stream], strict=True):
-                ls = line_score(token_nll)
+                ls = line_score(token_nll, self.calibration.line_top_k)
                 level = parse_level(records[i].line)
                 out[i] = ScoredLine(
                     record=records[i],

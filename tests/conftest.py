@@ -53,3 +53,19 @@ def serve_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("serve-model") / "model"
     save(train([Stream(name, lines) for name, lines in by_stream.items()], config), out)
     return out
+
+
+# --- Models (logstream.train) --------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model (window 128, 600 steps) trained on 4,000 clean synthetic lines: good enough
+    to catch every synthetic incident kind (tests/test_detection.py), about a minute on 2 cores."""
+    from logstream.inputs import streams_from_lines
+    from logstream.synth import STREAM_KEY, generate_lines
+    from logstream.train import TrainConfig, save, train
+
+    streams = streams_from_lines(generate_lines(4000, seed=1).lines, re.compile(STREAM_KEY))
+    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=600, batch_size=16)
+    out = tmp_path_factory.mktemp("synthetic-model") / "model"
+    save(train(streams, config), out)
+    return out
