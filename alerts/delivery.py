@@ -122,6 +122,7 @@ class DeliveryWorker:
         with httpx.Client(limits=limits, follow_redirects=False) as client:
             try:
                 while not stop.is_set():
+                    self._wake.clear()  # anything from here on (a put, a finished send) wakes _wait
                     now = self.clock()
                     self.outbox.flush(now)
                     self._start(pool, client, now, in_flight)
@@ -164,7 +165,6 @@ class DeliveryWorker:
             if due is not None:
                 timeout = min(timeout, max(0.0, due - now))
             self._wake.wait(timeout)
-        self._wake.clear()
         finished = [i for i, f in in_flight.items() if f.done()]
         self.outbox.settle([in_flight.pop(i).result() for i in finished])
 
