@@ -198,9 +198,7 @@ class DeliveryWorker:
             ALERTS_SENT.labels(channel.kind, "delivered").inc()
             return Outcome(delivery, "delivered", self.clock(), started, status_code=status)
         if status in (408, 429) or status >= 500:
-            after = None
-            if status in (429, 503):
-                after = parse_retry_after(response.headers.get("Retry-After"), self.clock())
+            after = response.headers.get("Retry-After") if status in (429, 503) else None
             return self._retry(delivery, started, status, f"HTTP {status}", after)
         return self._dead(delivery, started, self.clock(), status, f"HTTP {status}")
 
@@ -210,10 +208,11 @@ class DeliveryWorker:
         started: float,
         status: int | None,
         error: str,
-        retry_after: float | None,
+        retry_after_header: str | None,
     ) -> Outcome:
         now = self.clock()
         failures = delivery.attempts + 1
+        retry_after = parse_retry_after(retry_after_header, now)
         if retry_after is not None:
             delay = min(retry_after, self.policy.max_retry_after)
         else:

@@ -6,12 +6,13 @@ import itertools
 import sqlite3
 import threading
 import time
+from email.utils import formatdate
 from pathlib import Path
 
 import pytest
 import structlog
 from alerts_support import anomaly, webhook, write_routes
-from http_receivers import Drop, Receiver, Reply, Script, fail_first, free_port
+from http_receivers import Action, Drop, Received, Receiver, Reply, Script, fail_first, free_port
 
 from logstream.alerts.config import load_config
 from logstream.alerts.outbox import Outbox
@@ -26,9 +27,7 @@ def _outbox(routes: Path) -> Outbox:
     return Outbox(config.delivery.outbox, config)
 
 
-def _deliver(
-    tmp_path: Path, script: Script, n: int = 3, **channel: object
-) -> tuple[Outbox, Receiver]:
+def _deliver(tmp_path: Path, script: Script, n: int = 3, **channel: object) -> tuple[Outbox, Receiver]:
     """Put `n` distinct incidents, deliver until idle; returns the outbox and the receiver."""
     with Receiver(script) as receiver:
         outbox = _outbox(write_routes(tmp_path, [webhook("team", receiver.url, **channel)]))
@@ -137,9 +136,7 @@ def test_rate_limit_spaces_deliveries_to_one_channel(tmp_path: Path) -> None:
             assert j - i + 1 <= 2 + (times[j] - times[i] + slack) * 4
 
 
-def test_secrets_are_never_logged_or_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_secrets_are_never_logged_or_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A token in the webhook URL (from ${ENV}) appears in no log event and not in the outbox."""
     token = "s3cr3t-T0KEN-9f8e7d"
     monkeypatch.setenv("HOOK_TOKEN", token)
@@ -156,3 +153,34 @@ def test_secrets_are_never_logged_or_stored(
     assert token not in repr(logs)
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("outbox.sqlite*"))
     assert stored and token.encode() not in stored
+
+
+def test_429_retry_after_as_http_date_is_honoured(tmp_path: Path) -> None:
+    """`Retry-After` given as an HTTP date: the retry is scheduled at that moment, not before."""
+    dates: list[float] = []
+
+    def busy_for_two_seconds(_request: Received, nth: int) -> Action:
+        if nth > 1:
+            return Reply()
+        dates.append(float(int(time.time() + 2)))  # HTTP dates have whole seconds
+        return Reply(429, {"Retry-After": formatdate(dates[0], usegmt=True)})
+
+    outbox, receiver = _deliver(tmp_path, busy_for_two_seconds, n=1)
+    (key,) = _keys(receiver)
+    first, second = outbox.attempts(key)
+    assert first.status_code == 429 and first.retry_at is not None
+    assert abs(first.retry_at - dates[0]) <= EPS
+    assert second.started_at >= first.retry_at
+
+
+def test_retries_give_up_after_the_limit_into_dead_letters(tmp_path: Path) -> None:
+    """A receiver that never recovers: after `give_up_after` the delivery is dead-lettered."""
+    with Receiver(lambda _r, _n: Reply(500)) as receiver:
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)], delivery={"give_up_after": "300ms"})
+        outbox = _outbox(routes)
+        outbox.put([anomaly()])
+        assert drain(outbox, timeout=30) == 0
+        attempts = len(receiver.requests)
+    ((_key, _channel, status, reason),) = outbox.dead_letters()
+    assert status == 500 and reason.startswith(f"gave up after {attempts} attempts")
+    assert attempts > 1
