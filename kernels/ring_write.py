@@ -57,7 +57,7 @@ def ring_write(
     """Scatter the chunk's K/V into slots (head + i) mod L of each stream's ring, in place.
 
     ring_k, ring_v [N, Hkv, L, D]; k_new, v_new [B, Hkv, T, D] (any strides);
-    slots, head, chunk_len [B] integer. chunk_len <= L is the caller's promise:
+    slots, head, chunk_len [B] int64. chunk_len <= L is the caller's promise:
     checking it would sync with the host, so only debug builds assert it.
     """
     B, Hkv, T, D = k_new.shape
@@ -67,6 +67,7 @@ def ring_write(
     assert v_new.shape == k_new.shape and v_new.stride() == k_new.stride(), "k_new/v_new differ"
     assert k_new.dtype == v_new.dtype == ring_k.dtype == ring_v.dtype, "one dtype for K/V and ring"
     assert slots.shape == head.shape == chunk_len.shape == (B,), "slots/head/chunk_len must be [B]"
+    assert slots.dtype == head.dtype == chunk_len.dtype == torch.int64, "int64 slots/head/len"
     assert D & (D - 1) == 0, f"head_dim {D} must be a power of two"
     assert T <= L, f"chunk of {T} tokens exceeds the ring's {L} slots"
     if B == 0 or T == 0:

@@ -35,19 +35,19 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _rope_halves(x1, x2, COS, SIN, pos, h, stride_p, mask, HALF: tl.constexpr):
-    """Rotate halves x1, x2 [R, HALF] at positions pos [R] (HF rotate_half layout).
+def _rope_halves(x1, x2, COS, SIN, pos, h, stride_p, mask):
+    """Rotate halves x1, x2 [R, HALF] at positions pos [R]; returns them in fp32.
 
-    Returns the rotated halves in fp32: x1 * cos1 - x2 * sin1, x2 * cos2 + x1 * sin2.
+    HF rotate_half layout: x1 * cos - x2 * sin, x2 * cos + x1 * sin. The tables
+    repeat each row's frequencies in both halves (`reference.rope_tables`), so
+    only the first half is read: half the table traffic.
     """
-    lo = pos[:, None] * stride_p + h[None, :]  # [R, HALF]
-    c1 = tl.load(COS + lo, mask=mask, other=0.0)
-    s1 = tl.load(SIN + lo, mask=mask, other=0.0)
-    c2 = tl.load(COS + lo + HALF, mask=mask, other=0.0)
-    s2 = tl.load(SIN + lo + HALF, mask=mask, other=0.0)
+    at = pos[:, None] * stride_p + h[None, :]  # [R, HALF]
+    c = tl.load(COS + at, mask=mask, other=0.0)
+    s = tl.load(SIN + at, mask=mask, other=0.0)
     x1 = x1.to(tl.float32)
     x2 = x2.to(tl.float32)
-    return x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
+    return x1 * c - x2 * s, x2 * c + x1 * s
 
 
 @triton.jit
@@ -78,7 +78,7 @@ def _attend_block(
     k1, k2 = _rope_halves(
         tl.load(k_ptr, mask=kmask, other=0.0),
         tl.load(k_ptr + HALF * s_kd, mask=kmask, other=0.0),
-        COS, SIN, pos_k, h, stride_p, kmask, HALF,
+        COS, SIN, pos_k, h, stride_p, kmask,
     )  # fmt: skip
     dt = q1.dtype
     qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
@@ -127,10 +127,10 @@ def _sink_ring_attention_kernel(
     q2 = tl.load(q_ptr + HALF * s_qd, mask=row_ok[:, None], other=0.0)
     dt = q1.dtype
     # Window frame: query t at L + t. Sink frame: the true position S + W_t - 1.
-    qw1, qw2 = _rope_halves(q1, q2, COS, SIN, L + t, h, stride_p, row_ok[:, None], HALF)
+    qw1, qw2 = _rope_halves(q1, q2, COS, SIN, L + t, h, stride_p, row_ok[:, None])
     qw1, qw2 = qw1.to(dt), qw2.to(dt)
     pos_sink_q = S + tl.minimum(fill + t + 1, L) - 1
-    qs1, qs2 = _rope_halves(q1, q2, COS, SIN, pos_sink_q, h, stride_p, row_ok[:, None], HALF)
+    qs1, qs2 = _rope_halves(q1, q2, COS, SIN, pos_sink_q, h, stride_p, row_ok[:, None])
     qs1, qs2 = qs1.to(dt), qs2.to(dt)
 
     acc = tl.zeros([BLOCK_M, 2 * HALF], dtype=tl.float32)
@@ -191,12 +191,30 @@ def _sink_ring_attention_kernel(
     tl.store(LSE + split * s_ls + b * s_lb + qh * s_lh + t, lse, mask=row_ok)
 
 
+def _block_n_and_warps(D: int, block_m: int, dtype: torch.dtype) -> tuple[int, int]:
+    """Key block and warps that compile without register spills on sm_80/sm_90.
+
+    Checked by compiling ahead of time for those targets (ptxas resource usage);
+    not yet tuned for speed on a GPU. IEEE fp32 dots run on the FMA units and
+    need far more registers than 16-bit tensor-core dots, hence smaller blocks.
+    """
+    if dtype == torch.float32:
+        return (32 if D <= 64 else 16), 8
+    return 64, (8 if block_m >= 64 and D >= 128 else 4)
+
+
 def _pick_splits(programs: int, L: int, device: torch.device) -> int:
-    """Split the ring only when B x Hkv x row blocks leaves SMs idle (flash-decoding)."""
+    """Split the ring only when B x Hkv x row blocks leaves SMs idle (flash-decoding).
+
+    Below one program per SM, aim for two waves, each split keeping >= 128 keys;
+    the merge costs a few small kernels, so never split a grid that fills the GPU.
+    """
     if device.type != "cuda":
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(math.ceil(2 * sms / programs), L // 256))
+    if programs >= sms:
+        return 1
+    return max(1, min(math.ceil(2 * sms / programs), L // 128))
 
 
 def sink_ring_attention(
@@ -219,7 +237,8 @@ def sink_ring_attention(
 
     q [B, H, T, D], k_new/v_new [B, Hkv, T, D], sink_k/sink_v [Hkv, S, D],
     ring_k/ring_v [N, Hkv, L, D] (any strides; ring_k/ring_v share one layout),
-    slots/head/fill [B] integer, cos/sin [P, D] fp32 with P >= max(S + L, L + T).
+    slots/head/fill [B] int64, cos/sin [P, D] fp32 with P >= max(S + L, L + T)
+    in the HF layout of `reference.rope_tables` (both halves of a row equal).
     `num_splits` overrides the split-K heuristic (1 on CPU). No host sync: the
     call can be captured in a CUDA graph. Returns (out [B, H, T, D] in q's
     dtype, lse [B, H, T] fp32).
@@ -239,6 +258,7 @@ def sink_ring_attention(
     tensors = (k_new, v_new, sink_k, sink_v, ring_k, ring_v)
     assert all(x.dtype == dtype for x in tensors), "q, K/V, sinks and ring share one dtype"
     assert slots.shape == head.shape == fill.shape == (B,), "slots/head/fill must be [B]"
+    assert slots.dtype == head.dtype == fill.dtype == torch.int64, "slots/head/fill: int64"
     assert D >= 16 and D & (D - 1) == 0, f"head_dim {D} must be a power of two >= 16"
     if q.is_cuda and dtype != torch.float32:
         assert D >= 32, "16-bit tl.dot needs depth D/2 >= 16, so head_dim >= 32"
@@ -252,7 +272,7 @@ def sink_ring_attention(
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     # The interpreter runs whole blocks as numpy ops: more rows per program, fewer programs.
     block_m = max(16, min(triton.next_power_of_2(T * G), 128 if interpret else 64))
-    block_n = 64
+    block_n, num_warps = _block_n_and_warps(D, block_m, dtype)
     programs = triton.cdiv(T * G, block_m) * B * Hkv
     splits = num_splits or _pick_splits(programs, L, q.device)
     assert splits >= 1, "num_splits must be >= 1"
@@ -276,7 +296,7 @@ def sink_ring_attention(
         T, S, L, Hkv, D**-0.5 * _LOG2E,
         G=G, HALF=D // 2, SPLITS=splits, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
-        num_warps=4, num_stages=2,
+        num_warps=num_warps, num_stages=2,
     )  # fmt: skip
     if splits > 1:  # merge partial softmaxes: weights exp(lse_s - lse)
         torch.logsumexp(part_lse, dim=0, out=lse)

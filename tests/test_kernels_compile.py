@@ -1,0 +1,125 @@
+"""The kernels compile for real GPUs (sm_80, sm_90) on a CPU-only machine, without spills.
+
+The interpreter run (test_kernels_triton.py) checks the math, not what only
+the compiler sees: dot shape limits, types, pointer alignment, register
+pressure. Here each wrapper runs on CPU tensors with its launch recorded
+instead of executed; the recorded arguments are specialized exactly as
+Triton's JIT specializes them (its own `native_specialize_impl`: ints equal
+to 1 become constants, 16-divisible ints and 16-byte aligned pointers are
+marked), the kernel is compiled ahead of time for the target, and the
+bundled ptxas's resource report must show no stack, i.e. no spilled
+registers, which would cost the decode kernel its bandwidth.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import triton
+from kernels_support import Case, make_inputs
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend, GPUTarget
+from triton.compiler import ASTSource
+
+from logstream.kernels import ring_write as ring_write_module
+from logstream.kernels import sink_ring_attention as attention_module
+
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+class LaunchRecorder:
+    """Stands in for `kernel[grid]` so a wrapper's launch arguments can be compiled, not run."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.launches: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        return lambda *args, **kwargs: self.launches.append((args, kwargs))
+
+
+def compile_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], capability: int) -> Any:
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if i < len(args):
+            ty, key = native_specialize_impl(BaseBackend, args[i], False, True, True)
+            signature[name] = ty
+            if ty == "constexpr":
+                constexprs[name] = args[i]
+            elif key:
+                attrs[(i,)] = BaseBackend.parse_attr(key)
+        else:
+            signature[name] = "constexpr"
+            constexprs[name] = kwargs[name]
+    options = {k: kwargs[k] for k in LAUNCH_OPTIONS if k in kwargs}
+    source = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+
+
+def spilled_bytes(compiled: Any) -> int:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run(
+            [str(CUOBJDUMP), "-res-usage", cubin.name], capture_output=True, text=True, timeout=60
+        ).stdout
+    match = re.search(r"STACK:(\d+)", usage)
+    assert match, f"no resource usage in cuobjdump output: {usage!r}"
+    return int(match.group(1))
+
+
+def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRecorder:
+    recorder = LaunchRecorder(getattr(module, name))
+    monkeypatch.setattr(module, name, recorder)
+    return recorder
+
+
+@pytest.mark.parametrize(
+    ("dtype", "D", "G", "T", "splits"),
+    [
+        (torch.bfloat16, 128, 4, 1, 1),  # decode, the bandwidth-bound case
+        (torch.bfloat16, 128, 4, 64, 1),  # a chunk: 64-row blocks, 8 warps
+        (torch.float16, 64, 4, 1, 4),  # split-K: fp32 partial outputs
+        (torch.float32, 64, 2, 1, 1),  # the engine's default dtype: IEEE fp32 dots
+        (torch.float32, 128, 4, 64, 1),
+    ],
+    ids=["bf16-d128-decode", "bf16-d128-chunk", "fp16-d64-split4", "fp32-d64-decode", "fp32-d128-chunk"],
+)
+def test_attention_compiles_for_sm90_without_spills(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, D: int, G: int, T: int, splits: int
+) -> None:
+    """The attention kernel, as the wrapper launches it, compiles for H100/H200 with no spills."""
+    recorder = record(monkeypatch, attention_module, "_sink_ring_attention_kernel")
+    x = make_inputs(Case(B=2, H=2 * G, Hkv=2, T=T, D=D, S=4, L=130, dtype=dtype))
+    x["q"] = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # the engine's layout
+    attention_module.sink_ring_attention(**x, num_splits=splits)
+    ((args, kwargs),) = recorder.launches
+    assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 90)) == 0
+
+
+def test_attention_compiles_for_sm80(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bf16 decode launch also compiles for A100 (sm_80, no wgmma)."""
+    recorder = record(monkeypatch, attention_module, "_sink_ring_attention_kernel")
+    x = make_inputs(Case(B=2, H=8, Hkv=2, T=1, D=64, S=4, L=130, dtype=torch.bfloat16))
+    attention_module.sink_ring_attention(**x)
+    ((args, kwargs),) = recorder.launches
+    assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 80)) == 0
+
+
+@pytest.mark.parametrize("T", [1, 64])
+def test_ring_write_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch, T: int) -> None:
+    """The ring write, as the wrapper launches it, compiles for sm_90 with no spills."""
+    recorder = record(monkeypatch, ring_write_module, "_ring_write_kernel")
+    x = make_inputs(Case(B=2, T=T, D=128, L=130, dtype=torch.bfloat16))
+    chunk_len = torch.tensor([T, 1])
+    names = ("ring_k", "ring_v", "slots", "head", "k_new", "v_new")
+    ring_write_module.ring_write(*(x[n] for n in names), chunk_len)
+    ((args, kwargs),) = recorder.launches
+    assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 90)) == 0
