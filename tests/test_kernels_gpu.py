@@ -16,6 +16,7 @@ from kernels_support import Case, make_inputs
 
 from logstream.kernels import reference
 from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+from logstream.kernels.sink_ring_attention import _pick_splits
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,7 +28,7 @@ pytestmark = [
 ]
 # fp32 dots run in IEEE fp32. 16-bit: P is rounded to the cache dtype for P @ V, as in
 # flash attention, which the fp32 reference does not do.
-TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
 
 
 def check(inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
@@ -54,6 +55,7 @@ def test_attention_matches_reference_on_gpu(dtype: torch.dtype, D: int, T: int) 
 def test_split_k_heuristic_on_gpu() -> None:
     """One stream, few kv heads: the wrapper splits the ring over the SMs and still matches."""
     c = Case(B=1, H=8, Hkv=1, T=1, D=128, S=16, L=2048, dtype=torch.bfloat16, seed=3)
+    assert _pick_splits(programs=1, L=c.L, device=torch.device("cuda")) > 1
     check(make_inputs(c, fill=[2048], head=[1000], device="cuda"), c.dtype)
 
 
