@@ -94,8 +94,16 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
         (torch.float16, 64, 4, 1, 4),  # split-K: fp32 partial outputs
         (torch.float32, 64, 2, 1, 1),  # the engine's default dtype: IEEE fp32 dots
         (torch.float32, 128, 4, 64, 1),
+        (torch.float32, 16, 2, 64, 1),  # the tiny preset's head_dim
     ],
-    ids=["bf16-d128-decode", "bf16-d128-chunk", "fp16-d64-split4", "fp32-d64-decode", "fp32-d128-chunk"],
+    ids=[
+        "bf16-d128-decode",
+        "bf16-d128-chunk",
+        "fp16-d64-split4",
+        "fp32-d64-decode",
+        "fp32-d128-chunk",
+        "fp32-d16-chunk",
+    ],
 )
 def test_attention_compiles_for_sm90_without_spills(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, D: int, G: int, T: int, splits: int
