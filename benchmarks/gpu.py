@@ -106,9 +106,11 @@ def cache_inputs(B: int, D: int, sz: Sizes, dtype: torch.dtype, device: torch.de
 def kernel_table(sz: Sizes, dtype: torch.dtype, device: torch.device, peak: float | None) -> None:
     print(f"\n### Decode attention, T = 1, L = {sz.L}, S = {sz.S}, {dtype}, full rings\n")
     print(f"peak HBM: {fmt(peak, '.0f')} GB/s\n")
-    print("| D | H/Hkv | streams | attn us | MB moved | GB/s | % peak | write us | reference us |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| D | H/Hkv | streams | splits | attn us | MB moved | GB/s | % peak | write us | reference us |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     on_gpu = device.type == "cuda"
+    if on_gpu:  # Triton is imported only where it runs
+        from logstream.kernels.sink_ring_attention import _pick_splits
     es = torch.tensor([], dtype=dtype).element_size()
     for D in HEADS:
         H, Hkv = HEADS[D]
@@ -117,8 +119,9 @@ def kernel_table(sz: Sizes, dtype: torch.dtype, device: torch.device, peak: floa
             chunk_len = torch.ones(B, dtype=torch.long, device=device)
             moved = es * (2 * B * Hkv * sz.L * D + 2 * Hkv * sz.S * D + 2 * B * H * D + 2 * B * Hkv * D)
             moved += 4 * B * H  # lse
-            attn_ms = write_ms = None
+            attn_ms = write_ms = splits = None
             if on_gpu:
+                splits = _pick_splits(B * Hkv, sz.L, device)  # decode: one row block per kv head
                 attn_ms = time_ms(lambda x=x: sink_ring_attention(**x), device)
                 write_args = [x[k] for k in ("ring_k", "ring_v", "slots", "head", "k_new", "v_new")]
                 write_ms = time_ms(lambda a=write_args, n=chunk_len: ring_write(*a, n), device)
@@ -128,7 +131,8 @@ def kernel_table(sz: Sizes, dtype: torch.dtype, device: torch.device, peak: floa
             gbs = moved / (attn_ms * 1e-3) / 1e9 if attn_ms else None
             share = 100 * gbs / peak if gbs and peak else None
             print(
-                f"| {D} | {H}/{Hkv} | {B} | {fmt(attn_ms and attn_ms * 1e3)} | {moved / 1e6:.1f} "
+                f"| {D} | {H}/{Hkv} | {B} | {fmt(splits, 'd')} | {fmt(attn_ms and attn_ms * 1e3)} "
+                f"| {moved / 1e6:.1f} "
                 f"| {fmt(gbs, '.0f')} | {fmt(share)} | {fmt(write_ms and write_ms * 1e3)} "
                 f"| {fmt(ref_ms and ref_ms * 1e3, '.0f')} |"
             )
