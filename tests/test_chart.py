@@ -74,8 +74,8 @@ def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
     return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
-def _template_args(helm: str, values: list[Path], sets: list[str]) -> list[str]:
-    args = [helm, "template", "t", str(CHART), "--namespace", "obs"]
+def _template_args(helm: str, values: list[Path], sets: list[str], chart: Path = CHART) -> list[str]:
+    args = [helm, "template", "t", str(chart), "--namespace", "obs"]
     for path in values:
         args += ["--values", str(path)]
     for item in sets:
@@ -604,10 +604,12 @@ def test_every_optional_feature_has_a_ci_values_file() -> None:
     assert set(switches) == enabled_by_ci
 
 
-def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, tmp_path: Path) -> None:
-    """NOTES.txt renders and tells the user the group, the model PVC and the Secret keys needed."""
-    # `helm template` never renders NOTES.txt and `helm install --dry-run` needs a cluster, so
-    # render it through the real template engine from a copy of the chart.
+def render_notes(helm: str, tmp_path: Path, sets: list[str] | None = None) -> str:
+    """NOTES.txt as `helm install` would print it.
+
+    `helm template` never renders NOTES.txt and `helm install --dry-run` needs a cluster, so this
+    renders it through the real template engine (`tpl`) from a copy of the chart.
+    """
     chart = tmp_path / "logstream"
     shutil.copytree(CHART, chart)
     shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
@@ -616,17 +618,34 @@ def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, 
         'data:\n  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n',
         encoding="utf-8",
     )
-    result = _run([helm, "template", "t", str(chart), "--show-only", "templates/notes-under-test.yaml"])
+    args = _template_args(helm, [], sets or [], chart)
+    result = _run([*args, "--show-only", "templates/notes-under-test.yaml"])
     assert result.returncode == 0, result.stderr
-    notes = yaml.safe_load(result.stdout)["data"]["notes"]
-    group = yaml.safe_load((CHART / "files" / "serve.yaml").read_text(encoding="utf-8"))
-    assert f'consumer group "{group["kafka"]["group_id"]}"' in notes
+    return yaml.safe_load(result.stdout)["data"]["notes"]
+
+
+def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, tmp_path: Path) -> None:
+    """NOTES.txt tells the user the consumer group, the model PVC and the Secret keys needed."""
+    notes = render_notes(helm, tmp_path, ["config.serve.kafka.group_id=detectors"])
+    assert 'consumer group "detectors"' in notes
     assert 'PersistentVolumeClaim "t-logstream-model"' in notes
     routes = one(render(helm), "ConfigMap")["data"]["alerts.yaml"]
     env_refs = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", routes)
     assert env_refs  # the default routes do need secrets
     for name in env_refs:
         assert f"  {name}  (environment variable)" in notes
+
+
+@pytest.mark.parametrize(
+    ("brokers", "warned"),
+    [("127.0.0.1:9092", True), ("kafka:9092\\,localhost:9093", True), ("kafka-0.kafka:9092", False)],
+)
+def test_notes_warn_when_kafka_is_the_pod_itself(
+    helm: str, tmp_path: Path, brokers: str, warned: bool
+) -> None:
+    """A loopback bootstrap server (the local default of configs/serve.yaml) gets a warning."""
+    notes = render_notes(helm, tmp_path, [f"config.serve.kafka.bootstrap_servers={brokers}"])
+    assert ("WARNING: kafka.bootstrap_servers points at the pod itself" in notes) is warned
 
 
 def test_tool_install_is_idempotent(helm: str, kube_version: str) -> None:
