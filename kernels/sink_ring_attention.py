@@ -18,7 +18,7 @@ depth D/2.
 
 Split-K (flash-decoding): when B x Hkv programs cannot fill the GPU, the
 filled ring is cut into `num_splits` ranges, each program writes a partial
-(out, lse) in fp32 and a small torch merge combines them. Split 0 also takes
+(out, lse) in fp32 and a second small kernel merges them. Split 0 also takes
 the sinks, the last split the chunk.
 """
 
@@ -191,6 +191,34 @@ def _sink_ring_attention_kernel(
     tl.store(LSE + split * s_ls + b * s_lb + qh * s_lh + t, lse, mask=row_ok)
 
 
+@triton.jit
+def _merge_splits_kernel(
+    PART_OUT, PART_LSE, OUT, LSE, rows,
+    SPLITS: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Merge split-K partials: lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s.
+
+    PART_OUT [SPLITS, rows, D] fp32, PART_LSE [SPLITS, rows]; OUT [rows, D], LSE [rows]
+    (rows = B x H x T, all contiguous). A split that saw no key has lse_s = -inf,
+    weight 0; the last split always sees the query's own key, so lse is finite.
+    """
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)  # [R]
+    ok = r < rows
+    d = tl.arange(0, D)
+    m = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        m = tl.maximum(m, tl.load(PART_LSE + s * rows + r, mask=ok, other=0.0))
+    total = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, D], dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        w = tl.exp(tl.load(PART_LSE + s * rows + r, mask=ok, other=0.0) - m)  # [R]
+        part = tl.load(PART_OUT + (s * rows + r[:, None]) * D + d[None, :], mask=ok[:, None])
+        total += w
+        acc += w[:, None] * part
+    tl.store(OUT + r[:, None] * D + d[None, :], acc / total[:, None], mask=ok[:, None])
+    tl.store(LSE + r, m + tl.log(total), mask=ok)
+
+
 def _block_n_and_warps(D: int, block_m: int, dtype: torch.dtype) -> tuple[int, int]:
     """Key block and warps that compile without register spills on sm_80/sm_90.
 
@@ -298,8 +326,10 @@ def sink_ring_attention(
         PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
         num_warps=num_warps, num_stages=2,
     )  # fmt: skip
-    if splits > 1:  # merge partial softmaxes: weights exp(lse_s - lse)
-        torch.logsumexp(part_lse, dim=0, out=lse)
-        weights = torch.exp(part_lse - lse)  # [splits, B, H, T]
-        out.copy_((weights[..., None] * part_out).sum(0))
+    if splits > 1:
+        rows = B * H * T
+        block_r = max(1, min(64, 4096 // D))
+        _merge_splits_kernel[(triton.cdiv(rows, block_r),)](
+            part_out, part_lse, out, lse, rows, SPLITS=splits, D=D, BLOCK_R=block_r
+        )
     return out, lse

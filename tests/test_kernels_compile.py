@@ -108,13 +108,17 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
 def test_attention_compiles_for_sm90_without_spills(
     monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, D: int, G: int, T: int, splits: int
 ) -> None:
-    """The attention kernel, as the wrapper launches it, compiles for H100/H200 with no spills."""
-    recorder = record(monkeypatch, attention_module, "_sink_ring_attention_kernel")
+    """The attention kernel and the split-K merge, as the wrapper launches them, compile
+    for H100/H200 with no spills."""
+    attention = record(monkeypatch, attention_module, "_sink_ring_attention_kernel")
+    merge = record(monkeypatch, attention_module, "_merge_splits_kernel")
     x = make_inputs(Case(B=2, H=2 * G, Hkv=2, T=T, D=D, S=4, L=130, dtype=dtype))
     x["q"] = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # the engine's layout
     attention_module.sink_ring_attention(**x, num_splits=splits)
-    ((args, kwargs),) = recorder.launches
-    assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 90)) == 0
+    assert len(attention.launches) == 1 and len(merge.launches) == int(splits > 1)
+    for recorder in (attention, merge):
+        for args, kwargs in recorder.launches:
+            assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 90)) == 0
 
 
 def test_attention_compiles_for_sm80(monkeypatch: pytest.MonkeyPatch) -> None:
