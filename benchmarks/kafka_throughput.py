@@ -34,14 +34,9 @@ sys.path.insert(0, str(REPO / "tests"))
 import httpx  # noqa: E402 - after the tests/ path insert, like the imports below
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from kafka_broker import (  # noqa: E402
-    KafkaBroker,
-    committed_offsets,
-    create_topic,
-    end_offsets,
-    free_port,
-    produce,
-)
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+from kafka_broker import KafkaBroker, create_topic, free_port, produce  # noqa: E402
 
 from logstream.alerts.sink import JsonlSink  # noqa: E402
 from logstream.consumers.file import read_file  # noqa: E402
@@ -89,10 +84,35 @@ def replay_rate(model: Path, log_file: Path, sink: Path, batch: int, worker: boo
     return count / (time.perf_counter() - started)
 
 
-def lag(broker: KafkaBroker, topic: str, group: str) -> int:
-    ends = asyncio.run(end_offsets(broker.bootstrap, topic, [0]))
-    committed = asyncio.run(committed_offsets(broker.bootstrap, group))
-    return ends[0] - committed.get((topic, 0), 0)
+class LagProbe:
+    """The group's lag on one partition, over long-lived clients (a cheap poll)."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.group = group
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+
+    async def __aenter__(self) -> LagProbe:
+        await self.admin.start()
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+        await self.admin.close()
+
+    async def lag(self, topic: str) -> int:
+        tp = TopicPartition(topic, 0)
+        end = (await self.consumer.end_offsets([tp]))[tp]
+        committed = await self.admin.list_consumer_group_offsets(self.group, partitions=[tp])
+        return end - max(committed[tp].offset, 0) if tp in committed else end
+
+    async def drained(self, topic: str, poll_seconds: float = 0.02) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while await self.lag(topic) > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out waiting for {topic} to drain")
+            await asyncio.sleep(poll_seconds)
 
 
 def wait(condition, what: str) -> None:
@@ -104,12 +124,12 @@ def wait(condition, what: str) -> None:
 
 
 def start_serve(
-    work: Path, broker: KafkaBroker, model: Path, topics: list[str], batch: int
+    work: Path, broker: KafkaBroker, model: Path, topics: list[str], batch: int, threads: int
 ) -> subprocess.Popen:
     """`logstream serve` on `topics`, returned once /readyz answers 200."""
     port = free_port()
     config = {
-        "model": {"dir": str(model)},
+        "model": {"dir": str(model), "threads": threads},
         "kafka": {
             "bootstrap_servers": broker.bootstrap,
             "topics": topics,
@@ -170,17 +190,10 @@ def main() -> None:
         replays, kafkas = [], []
         for round_ in range(args.rounds):
             replays.append(replay_rate(model, log_file, work / f"replay-{round_}.jsonl", args.batch))
-            started = time.perf_counter()
-            asyncio.run(produce(broker.bootstrap, topic, messages, partition=0))
-            wait(lambda: lag(broker, topic, "bench") == 0, "kafka drained")
-            kafkas.append(len(messages) / (time.perf_counter() - started))
+            kafkas.append(asyncio.run(_kafka_round(broker.bootstrap, topic, messages)))
         replay, kafka = statistics.median(replays), statistics.median(kafkas)
-
         rate = replay * args.lag_share
-        samples = asyncio.run(_steady(broker, lag_topic, messages, rate, args.lag_seconds))
-        drain_started = time.perf_counter()
-        wait(lambda: lag(broker, lag_topic, "bench") == 0, "lag drained")
-        drain = time.perf_counter() - drain_started
+        samples, drain = asyncio.run(_steady(broker.bootstrap, lag_topic, messages, rate, args.lag_seconds))
     finally:
         if serve is not None:
             serve.terminate()
@@ -201,31 +214,42 @@ def main() -> None:
     sys.stdout.write(json.dumps(result) + "\n")
 
 
-async def _steady(broker: KafkaBroker, topic: str, messages, rate: float, seconds: float) -> list[int]:
-    """Produce at `rate` lines/s for `seconds`, sampling the group's lag every 0.5 s."""
-    from aiokafka import AIOKafkaProducer
+async def _kafka_round(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> float:
+    """Lines/s from the first send until serve committed the last line."""
+    async with LagProbe(bootstrap, "bench") as probe:
+        started = time.perf_counter()
+        await produce(bootstrap, topic, messages, partition=0)
+        await probe.drained(topic)
+        return len(messages) / (time.perf_counter() - started)
 
-    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+
+async def _steady(
+    bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]], rate: float, seconds: float
+) -> tuple[list[int], float]:
+    """Produce at `rate` lines/s for `seconds`, sampling lag every 0.5 s; then time the drain."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     samples: list[int] = []
-    try:
-        started = time.perf_counter()
-        sent, next_sample = 0, started
-        while (now := time.perf_counter()) - started < seconds:
-            due = int((now - started) * rate)
-            while sent < due:
-                key, value = messages[sent % len(messages)]
-                await producer.send(topic, value, key=key, partition=0)
-                sent += 1
-            if now >= next_sample:
-                await producer.flush()
-                samples.append(await asyncio.to_thread(lag, broker, topic, "bench"))
-                next_sample += 0.5
-            await asyncio.sleep(0.01)
-        await producer.flush()
-    finally:
-        await producer.stop()
-    return samples
+    async with LagProbe(bootstrap, "bench") as probe:
+        try:
+            started = time.perf_counter()
+            sent, next_sample = 0, started
+            while (now := time.perf_counter()) - started < seconds:
+                while sent < int((now - started) * rate):
+                    key, value = messages[sent % len(messages)]
+                    await producer.send(topic, value, key=key, partition=0)
+                    sent += 1
+                if now >= next_sample:
+                    await producer.flush()
+                    samples.append(await probe.lag(topic))
+                    next_sample += 0.5
+                await asyncio.sleep(0.01)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        drain_started = time.perf_counter()
+        await probe.drained(topic)
+    return samples, time.perf_counter() - drain_started
 
 
 if __name__ == "__main__":

@@ -35,6 +35,12 @@ class Batch:
     next_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     messages: int = 0  # records + rejected messages
 
+    def extend(self, later: Batch) -> None:
+        """Append a later fetch: its records follow, its offsets supersede (fetches are in order)."""
+        self.records.extend(later.records)
+        self.next_offsets.update(later.next_offsets)
+        self.messages += later.messages
+
 
 def client_options(settings: KafkaSettings) -> dict[str, Any]:
     """Connection options shared by the consumer and the dead-letter producer."""

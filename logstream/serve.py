@@ -179,10 +179,22 @@ class Service:
             except TimeoutError:
                 work = loop.run_in_executor(self._worker, self._close_idle_streams)
             else:
+                self._coalesce(batch)
                 work = asyncio.ensure_future(self._handle(batch))
             # shielded: a shutdown cancels this loop, but `_shutdown` awaits the work to its end
             self._current = work
             await asyncio.shield(work)
+
+    def _coalesce(self, batch: Batch) -> None:
+        """Merge fetches that queued up while the model was busy, until max_poll_records lines.
+
+        Under a steady trickle each fetch holds a few lines; scoring them together keeps
+        the per-batch costs (a forward pass per stream, a sink put, a commit) from
+        dominating, and lets the consumer catch up when it falls behind. (The last fetch
+        taken may carry the batch past the limit, to at most twice it.)
+        """
+        while not self._queue.empty() and len(batch.records) < self.settings.kafka.max_poll_records:
+            batch.extend(self._queue.get_nowait())
 
     async def _handle(self, batch: Batch) -> None:
         loop = asyncio.get_running_loop()
@@ -239,8 +251,12 @@ class Service:
         CACHE_BYTES.set(self.detector.cache_bytes)
 
     async def _commit(self) -> None:
-        if self._processed and await self.source.commit(self._processed):
-            self._processed = {}
+        offsets = dict(self._processed)
+        if offsets and await self.source.commit(offsets):
+            # offsets handed off while the commit was in flight stay for the next one
+            for tp, offset in offsets.items():
+                if self._processed.get(tp) == offset:
+                    del self._processed[tp]
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Finish what is queued, commit it, then let the partitions go."""

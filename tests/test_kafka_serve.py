@@ -86,7 +86,7 @@ class Serve:
         self.audit = tmp_path / f"audit-{name}.jsonl"
         self.stderr_path = tmp_path / f"serve-{name}.log"
         config: dict[str, Any] = {
-            "model": {"dir": str(model_dir)},
+            "model": {"dir": str(model_dir), "threads": 1},
             "kafka": {
                 "bootstrap_servers": broker.bootstrap,
                 "topics": [topic],
