@@ -21,6 +21,7 @@ from logstream.alerts.config import AlertsConfig, parse_duration
 from logstream.alerts.config import load_config as load_alerts_config
 from logstream.alerts.pipeline import format_alert, run_replay_alerts
 from logstream.alerts.silences import parse_matchers, silence_for
+from logstream.demo import write_demo_logs
 from logstream.inputs import (
     InputError,
     InputStats,
@@ -35,6 +36,7 @@ from logstream.normalize import parse_level
 from logstream.records import Anomaly
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay
 from logstream.scoring import severity
+from logstream.synth import STREAM_KEY
 from logstream.train import TrainConfig, save, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
@@ -249,6 +251,29 @@ def serve_command(
     from logstream.serve import main as serve_main  # imports aiokafka only for this command
 
     raise typer.Exit(serve_main(config, check=check))
+
+
+@app.command("demo")
+def demo_command(
+    out: Annotated[Path, typer.Option(help="Folder for the sample logs, the model and the scores.")] = Path(
+        "runs/demo"
+    ),
+    preset: PresetOpt = "small",
+    window: WindowOpt = 512,
+    max_steps: StepsOpt = 600,
+) -> None:
+    """The embedded default backtest: train on a synthetic system's baseline, replay a log with incidents."""
+    files = write_demo_logs(out)
+    err.print(f"demo: baseline {files.baseline}, incident log {files.incidents} (labels: {files.labels})")
+    train_command(
+        [files.baseline], out=out / "model", format=Format.lines, only_normal=False, preset=preset,
+        window=window, seed=0, epochs=100.0, max_steps=max_steps, stream_key=STREAM_KEY,
+    )  # fmt: skip
+    replay_command(
+        files.incidents, model=out / "model", format=Format.lines, labels=files.labels, stream_key=STREAM_KEY,
+        out=out / "scores.jsonl", json_output=False, auto_train=AutoTrain.first, preset=preset, window=window,
+        seed=0, epochs=2.0, max_steps=max_steps, alerts=None, deliver=False,
+    )  # fmt: skip
 
 
 def main() -> None:
