@@ -143,13 +143,8 @@ def test_chart_lints_clean(helm: str, values: Path | None) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("values", VALUE_SETS, ids=_values_id)
-def test_rendered_manifests_pass_kubeconform_strict(
-    helm: str, kube_version: str, values: Path | None
-) -> None:
-    """Every rendered object validates against the Kubernetes/CRD schemas; none is skipped."""
-    text = render_text(helm, [values] if values else [])
-    count = sum(1 for doc in yaml.safe_load_all(text) if doc)
+def kubeconform(manifests: str, kube_version: str) -> tuple[int, dict[str, Any]]:
+    """kubeconform -strict over the manifests: (exit code, JSON report) with the local schemas."""
     result = _run(
         [
             _tool("kubeconform"),
@@ -167,33 +162,41 @@ def test_rendered_manifests_pass_kubeconform_strict(
             str(SCHEMAS / "crds") + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json",
             "-",
         ],
-        stdin=text,
+        stdin=manifests,
     )
-    report = json.loads(result.stdout)
-    assert result.returncode == 0, json.dumps(report["resources"], indent=1)
+    return result.returncode, json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=_values_id)
+def test_rendered_manifests_pass_kubeconform_strict(
+    helm: str, kube_version: str, values: Path | None
+) -> None:
+    """Every rendered object validates against the Kubernetes/CRD schemas; none is skipped."""
+    text = render_text(helm, [values] if values else [])
+    count = sum(1 for doc in yaml.safe_load_all(text) if doc)
+    returncode, report = kubeconform(text, kube_version)
+    assert returncode == 0, json.dumps(report["resources"], indent=1)
     assert report["summary"] == {"valid": count, "invalid": 0, "errors": 0, "skipped": 0}
 
 
-def test_kubeconform_rejects_an_unknown_field(helm: str, kube_version: str) -> None:
-    """Validation is strict: a misspelt Deployment field fails it, so a pass means something."""
-    text = render_text(helm).replace("  replicas: 1\n", "  replicas: 1\n  replicaz: 1\n", 1)
-    assert "replicaz" in text
-    result = _run(
-        [
-            _tool("kubeconform"),
-            "-strict",
-            "-kubernetes-version",
-            kube_version.removeprefix("v"),
-            "-schema-location",
-            str(SCHEMAS / "kubernetes")
-            + "/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}"
-            + "/{{ .ResourceKind }}{{ .KindSuffix }}.json",
-            "-",
-        ],
-        stdin=text,
-    )
-    assert result.returncode == 1
-    assert "replicaz" in result.stdout
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("      serviceAccountName: t-logstream\n", "Deployment"),
+        ("  pollingInterval: 30\n", "ScaledObject"),
+        ("      scrapeTimeout: 10s\n", "ServiceMonitor"),
+    ],
+)
+def test_kubeconform_rejects_an_unknown_field(helm: str, kube_version: str, line: str, kind: str) -> None:
+    """Validation is strict for core kinds and CRDs alike: a misspelt field fails it."""
+    text = render_text(helm, [CHART / "ci" / "keda-values.yaml", CHART / "ci" / "servicemonitor-values.yaml"])
+    typo = line.replace(":", "x:", 1)  # the same key with one letter more, at the same place
+    assert line in text
+    returncode, report = kubeconform(text.replace(line, line + typo, 1), kube_version)
+    assert returncode == 1
+    invalid = [r for r in report["resources"] if r["status"] == "statusInvalid"]
+    assert [r["kind"] for r in invalid] == [kind]
+    assert typo.split(":")[0].strip() in invalid[0]["msg"]
 
 
 def test_defaults_render_only_the_core_objects(helm: str) -> None:
