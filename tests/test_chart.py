@@ -354,7 +354,9 @@ def test_serve_check_accepts_the_rendered_config(
         arg.replace("/etc/logstream/config/serve.yaml", str(config)) for arg in container(objects)["args"]
     ]
     env = {**os.environ, "LOGSTREAM_KAFKA__SASL_PASSWORD": "from-the-secret"}
+    # The console script that `pip install` put next to this interpreter (the image's entrypoint).
     logstream = Path(sys.executable).with_name("logstream")
+    assert logstream.is_file(), f"{logstream} missing: install the project (pip install -e .)"
     result = subprocess.run(
         [str(logstream), "serve", *args, "--check"],
         env=env,
