@@ -258,11 +258,15 @@ def demo_command(
     out: Annotated[Path, typer.Option(help="Folder for the sample logs, the model and the scores.")] = Path(
         "runs/demo"
     ),
-    preset: PresetOpt = "small",
-    window: WindowOpt = 512,
+    preset: PresetOpt = "tiny",
+    window: WindowOpt = 256,
     max_steps: StepsOpt = 600,
 ) -> None:
-    """The embedded default backtest: train on a synthetic system's baseline, replay a log with incidents."""
+    """The embedded default backtest: train on a synthetic system's baseline, replay a log with incidents.
+
+    The tiny preset and a 256-token window keep it to a couple of minutes on a laptop CPU; the
+    synthetic system is simple enough for them. Real logs want `train --preset small` (the default).
+    """
     files = write_demo_logs(out)
     err.print(f"demo: baseline {files.baseline}, incident log {files.incidents} (labels: {files.labels})")
     train_command(

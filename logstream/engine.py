@@ -152,6 +152,19 @@ class StreamingEngine:
             x = self._finish_layer(layer, x, out)
         return sink_k, sink_v, self._logprobs(x)[0, -1]
 
+    def _live_ring_slots(self, states: list[StreamState], chunks: list[list[int]]) -> int:
+        """How many leading ring slots this step can touch: L, or fewer while no stream has wrapped.
+
+        Until a ring wraps, slot j holds the stream's token j, and a step that stays within
+        the first `n` slots computes exactly the same with the ring cut to `n` (positions and
+        visibility only depend on fill and age, and `head + i < n` needs no modulo). Short
+        streams (sessions of a few hundred tokens) then attend over their own length, not L.
+        """
+        needed = max(s.fill + len(c) for s, c in zip(states, chunks, strict=True))
+        if needed > self.window or any(s.fill >= self.window for s in states):
+            return self.window
+        return min(self.window, -(-needed // 64) * 64)  # round up: fewer distinct shapes
+
     @torch.no_grad()
     def _step(self, states: list[StreamState], chunks: list[list[int]]) -> torch.Tensor:
         """One forward over a ragged batch of chunks; returns token NLL [B, T] (padding = 0)."""
@@ -164,15 +177,16 @@ class StreamingEngine:
         slots = torch.tensor([s.slot for s in states], device=self.device)
         head = torch.tensor([s.head for s in states], device=self.device)
         fill = torch.tensor([s.fill for s in states], device=self.device)
+        ring = self._live_ring_slots(states, chunks)
 
         x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x)
+            ring_k, ring_v = self.ring_k[i, :, :, :ring], self.ring_v[i, :, :, :ring]  # [N, Hkv, ring, D]
             out, _ = sink_ring_attention(
-                q, k, v, self.sink_k[i], self.sink_v[i], self.ring_k[i], self.ring_v[i],
-                slots, head, fill, self.cos, self.sin,
-            )  # fmt: skip
-            ring_write(self.ring_k[i], self.ring_v[i], slots, head, k, v, chunk_len)
+                q, k, v, self.sink_k[i], self.sink_v[i], ring_k, ring_v, slots, head, fill, self.cos, self.sin
+            )
+            ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
             x = self._finish_layer(layer, x, out)
         logprobs = self._logprobs(x)  # [B, T, V]
 
