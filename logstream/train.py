@@ -11,6 +11,7 @@ share `robust_share` of its lines with the highest loss (see
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import random
@@ -232,7 +233,8 @@ def train(
         sink_ids = prompt_ids(tokenizer, prompt, config.sink_tokens)
         model = build_model(config.preset, tokenizer, max_positions=len(sink_ids) + config.window)
     else:
-        model, tokenizer = start_from.model, start_from.tokenizer
+        # a copy: the earlier model keeps scoring its own chunk (prequential replay)
+        model, tokenizer = copy.deepcopy(start_from.model), start_from.tokenizer
         normalizer = Normalizer.from_json(start_from.meta["mask_rules"])
         prompt = start_from.meta["pattern_prompt"]
         sink_ids = prompt_ids(tokenizer, prompt, config.sink_tokens)

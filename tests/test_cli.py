@@ -86,6 +86,21 @@ def test_replay_without_model_trains_on_first_half(tmp_path: Path) -> None:
     assert json.loads(result.stdout.strip().splitlines()[-1])["lines"] == 200
 
 
+def test_replay_auto_train_all_scores_every_line(tmp_path: Path) -> None:
+    """--auto-train all is prequential: every line is scored, each chunk by a model trained before it."""
+    log = generate_lines(400, seed=14, incidents=INCIDENT_KINDS)
+    path = write_lines(tmp_path / "all.log", log.lines)
+    labels = write_lines(tmp_path / "labels.txt", [str(x) for x in log.labels])
+    result = logstream(
+        "replay", path, "--auto-train", "all", "--labels", labels, "--preset", "tiny", "--window", "64",
+        "--max-steps", "5", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["lines"] == summary["scored"] == len(log.lines)
+    assert summary["positives"] == sum(log.labels)
+
+
 def test_replay_sessions_format(cli_model: Path, tmp_path: Path) -> None:
     """Sessions JSONL are scored one stream per session, with session-level metrics."""
     sessions = [
