@@ -36,6 +36,8 @@ import torch
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
+from logstream.alerts.config import AlertConfigError
+from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
@@ -57,8 +59,9 @@ from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_
 
 log = structlog.get_logger(__name__)
 
-# Sink kinds by name (settings `sink.kind`); the alerts outbox registers here when it lands.
+# Sink kinds by name (settings `sink.kind`).
 SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
+    "alerts": lambda settings: open_alert_sink(settings.routes),
     "jsonl": lambda settings: JsonlSink(settings.path),
 }
 
@@ -316,7 +319,11 @@ async def serve(settings: ServeSettings) -> int:
         raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
     if settings.model.threads is not None:
         torch.set_num_threads(settings.model.threads)
+    sink: AnomalySink | None = None
+    audit: AuditLog | None = None
     try:
+        sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
+        audit = AuditLog(settings.audit_log) if settings.audit_log else None
         detector = await asyncio.to_thread(
             Detector.load,
             settings.model.dir,
@@ -325,8 +332,6 @@ async def serve(settings: ServeSettings) -> int:
         )
         health.model_loaded = True
         log.info("model loaded", model_id=detector.model_id, threshold=detector.threshold)
-        sink = SINKS[settings.sink.kind](settings.sink)
-        audit = AuditLog(settings.audit_log) if settings.audit_log else None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -335,11 +340,12 @@ async def serve(settings: ServeSettings) -> int:
             # the worker may be stuck in a batch: exit now, as the grace promised (what was
             # handed off is durable; the rest is uncommitted and will be re-delivered)
             os._exit(1)
-        sink.close()
-        if audit is not None:
-            audit.close()
         return 0
     finally:
+        if sink is not None:
+            sink.close()
+        if audit is not None:
+            audit.close()
         server.shutdown()
 
 
@@ -356,7 +362,7 @@ def main(config_path: Path | str | None, check: bool = False) -> int:
     configure_logging(settings.log_format, settings.log_level)
     try:
         return asyncio.run(serve(settings))
-    except (ModelDirError, SettingsError) as exc:
+    except (ModelDirError, SettingsError, AlertConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaError as exc:

@@ -137,10 +137,21 @@ class InputSettings(_Section):
 
 
 class SinkSettings(_Section):
-    """Where anomalies are handed off; offsets are committed after `put` returns."""
+    """Where anomalies are handed off; offsets are committed after `put` returns.
 
-    kind: Literal["jsonl"] = "jsonl"
+    `alerts`: the alert pipeline (routes file -> SQLite outbox -> notifiers; the
+    outbox path is the routes file's `delivery.outbox`). `jsonl`: append to `path`.
+    """
+
+    kind: Literal["alerts", "jsonl"] = "jsonl"
     path: Path = Path("anomalies.jsonl")
+    routes: Path | None = None  # kind alerts: the routes file, e.g. configs/alerts.yaml
+
+    @model_validator(mode="after")
+    def _alerts_need_routes(self) -> SinkSettings:
+        if self.kind == "alerts" and self.routes is None:
+            raise ValueError("sink kind alerts needs sink.routes (a routes file)")
+        return self
 
 
 class HttpSettings(_Section):

@@ -24,6 +24,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from aiokafka.errors import GroupCoordinatorNotAvailableError
+from alerts_support import webhook, write_routes
+from http_receivers import Receiver
 from kafka_broker import (
     KafkaBroker,
     committed_offsets,
@@ -163,7 +166,10 @@ class Serve:
 
 def fully_committed(broker: KafkaBroker, group: str, topic: str, partitions: int) -> bool:
     ends = asyncio.run(end_offsets(broker.bootstrap, topic, range(partitions)))
-    committed = asyncio.run(committed_offsets(broker.bootstrap, group))
+    try:
+        committed = asyncio.run(committed_offsets(broker.bootstrap, group))
+    except GroupCoordinatorNotAvailableError:  # the broker's offsets topic is still being set up
+        return False
     return all(committed.get((topic, p), 0) >= end for p, end in ends.items())
 
 
@@ -192,6 +198,30 @@ def test_injected_anomaly_comes_out_with_stream_offset_and_score(
     assert (anomaly["source"], anomaly["offset"]) == (f"{topic}/0", placed[60][1])
     assert anomaly["score"] > anomaly["threshold"]
     assert len(serve.audited()) == len(messages)
+
+
+def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """With sink kind alerts, an odd line becomes a webhook POST on a real 127.0.0.1 receiver."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = normal_lines(40, seed=19)
+    messages.append((b"web-1", ODD_LINE.encode()))
+    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    with Receiver() as receiver:
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)])
+        serve = Serve(
+            tmp_path,
+            kafka_broker,
+            serve_model_dir,
+            topic,
+            group,
+            sink={"kind": "alerts", "routes": str(routes)},
+        ).start()
+        wait_for(serve.ready, "serve ready")
+        wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed")
+        wait_for(lambda: any("qwzx" in json.dumps(r.body) for r in receiver.ok()), "the webhook call")
+        assert serve.terminate() == 0
 
 
 def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(

@@ -69,6 +69,7 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             "needs format json and stream_field",
         ),
         ("kafka: {topics: [logs]}\n", "model", "Field required"),
+        (MINIMAL + "sink: {kind: alerts}\n", "sink", "needs sink.routes"),
     ],
 )
 def test_invalid_setting_names_field_and_reason(tmp_path: Path, text: str, field: str, reason: str) -> None:
