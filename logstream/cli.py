@@ -280,6 +280,40 @@ def demo_command(
     )  # fmt: skip
 
 
+@app.command("bench")
+def bench_command(
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes (CI smoke run, < 2 minutes).")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the results as JSON (last line).")
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="Run only this section (repeatable): table, constant, streams, ablation, peers."),
+    ] = None,
+    stream_lines: Annotated[
+        int | None, typer.Option(min=100, help="Length of the constant-cost stream (full run: 200000).")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default 1).")] = None,
+    runs: Annotated[Path, typer.Option(help="Cache of the models the benchmark trains.")] = Path(
+        "runs/bench"
+    ),
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
+) -> None:
+    """The benchmarks of docs/benchmarks.md: StreamingLLM table, constant cost, many streams, sinks, peers."""
+    from logstream.bench import FULL, QUICK, SECTIONS, BenchRun, render, run_bench, with_overrides
+
+    unknown = sorted(set(only or ()) - set(SECTIONS))
+    if unknown:
+        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(SECTIONS)}")
+    config = with_overrides(QUICK if quick else FULL, stream_lines=stream_lines, threads=threads)
+    sections = tuple(s for s in SECTIONS if not only or s in only)
+    run = BenchRun(config=config, sections=sections, runs=runs, plots=plots)
+    results = run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
+    (err if json_output else Console(width=250)).print(render(results), highlight=False, markup=False)
+    if json_output:
+        sys.stdout.write(json.dumps(results) + "\n")
+
+
 def main() -> None:
     """Entry point: run the app, turning user-fixable errors into one line and exit 2."""
     try:
