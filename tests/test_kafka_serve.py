@@ -122,7 +122,7 @@ class Serve:
             )
         return self
 
-    def _get(self, path: str) -> httpx.Response | None:
+    def get(self, path: str) -> httpx.Response | None:
         try:
             return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=2.0)
         except httpx.HTTPError:
@@ -133,11 +133,11 @@ class Serve:
         if self.process.poll() is not None:
             tail = self.stderr_path.read_text()[-2000:]
             pytest.fail(f"serve exited with {self.process.returncode}: {tail}")
-        response = self._get("/readyz")
+        response = self.get("/readyz")
         return response is not None and response.status_code == 200
 
     def metric(self, name: str, **labels: str) -> float:
-        response = self._get("/metrics")
+        response = self.get("/metrics")
         assert response is not None and response.status_code == 200
         for family in text_string_to_metric_families(response.text):
             for sample in family.samples:
@@ -394,6 +394,46 @@ def test_consumer_resumes_after_broker_restart(
     assert serve.process is not None and serve.process.poll() is None
     assert serve.terminate() == 0
     assert len(serve.audited()) == 60
+
+
+def test_topics_by_pattern_and_readiness_waits_for_partitions(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """/readyz is 503 (while /healthz is 200) until a topic matching topic_pattern is assigned."""
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    group = f"group-{prefix}"
+    serve = Serve(
+        tmp_path,
+        kafka_broker,
+        serve_model_dir,
+        "unused",
+        group,
+        kafka={"topics": [], "topic_pattern": f"{prefix}-.*"},
+    ).start()
+    wait_for(lambda: serve.get("/healthz") is not None, "the endpoints")
+    assert serve.get("/healthz").status_code == 200
+    assert serve.get("/readyz").status_code == 503
+    topic = f"{prefix}-app"
+    asyncio.run(create_topic(kafka_broker.bootstrap, topic, 1))
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(20, seed=20)))
+    wait_for(serve.ready, "ready once the new matching topic is assigned")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "the matching topic consumed")
+    assert serve.terminate() == 0
+    assert len(serve.audited()) == 20
+
+
+def test_quiet_stream_is_closed_and_its_cache_freed(
+    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+) -> None:
+    """With stream_idle_seconds, streams that went quiet are closed: the cache bytes fall to 0."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group, stream_idle_seconds=5.0).start()
+    wait_for(serve.ready, "serve ready")
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=21)))
+    wait_for(lambda: serve.metric("logstream_lines_total") == 30, "the lines scored")
+    assert serve.metric("logstream_cache_bytes") > 0  # the streams are live for 5 s more
+    wait_for(lambda: serve.metric("logstream_cache_bytes") == 0, "the quiet streams closed")
+    assert serve.terminate() == 0
 
 
 @pytest.mark.parametrize(
