@@ -631,7 +631,8 @@ def render_notes(helm: str, tmp_path: Path, sets: list[str] | None = None) -> st
 
 def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, tmp_path: Path) -> None:
     """NOTES.txt tells the user the consumer group, the model PVC and the Secret keys needed."""
-    notes = render_notes(helm, tmp_path, ["config.serve.kafka.group_id=detectors"])
+    sets = ["config.serve.kafka.group_id=detectors", "config.serve.sink.kind=alerts"]
+    notes = render_notes(helm, tmp_path, sets)
     assert 'consumer group "detectors"' in notes
     assert 'PersistentVolumeClaim "t-logstream-model"' in notes
     routes = one(render(helm), "ConfigMap")["data"]["alerts.yaml"]
@@ -651,6 +652,22 @@ def test_notes_warn_when_kafka_is_the_pod_itself(
     """A loopback bootstrap server (the local default of configs/serve.yaml) gets a warning."""
     notes = render_notes(helm, tmp_path, [f"config.serve.kafka.bootstrap_servers={brokers}"])
     assert ("WARNING: kafka.bootstrap_servers points at the pod itself" in notes) is warned
+
+
+def test_notes_say_when_anomalies_do_not_reach_on_call(helm: str, tmp_path: Path) -> None:
+    """With the jsonl sink (configs/serve.yaml's default) NOTES say how to route to on-call."""
+    notes = render_notes(helm, tmp_path)
+    assert "set config.serve.sink.kind=alerts" in notes
+    assert "(environment variable)" not in notes
+
+
+def test_alerts_sink_reads_the_mounted_routes(helm: str) -> None:
+    """sink.kind alerts: sink.routes is the alerts.yaml of the mounted ConfigMap."""
+    objects = render(helm, sets=["config.serve.sink.kind=alerts", "config.serve.sink.routes=configs/x.yaml"])
+    config_mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "config")
+    routes = Path(serve_config(objects)["sink"]["routes"])
+    assert routes.parent == Path(config_mount["mountPath"])
+    assert routes.name in one(objects, "ConfigMap")["data"]
 
 
 def test_tool_install_is_idempotent(helm: str, kube_version: str) -> None:

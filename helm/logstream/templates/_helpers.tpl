@@ -89,10 +89,18 @@ too, as a user who writes it means it.
 {{- end }}
 
 {{/*
+Where the ConfigMap (serve.yaml, alerts.yaml) is mounted in the container.
+*/}}
+{{- define "logstream.configDir" -}}
+/etc/logstream/config
+{{- end }}
+
+{{/*
 The serve config as a YAML document: files/serve.yaml, deep-merged with config.serve, and the
-paths the chart owns (model.dir, and model.device on GPU pods). Every template that needs a
-setting (the http port, the consumer group, the brokers) reads it from here, so the ConfigMap,
-the probes and the KEDA trigger cannot disagree.
+paths the chart owns: model.dir, model.device on GPU pods, and sink.routes (the mounted
+alerts.yaml) when sink.kind is "alerts". Every template that needs a setting (the http port,
+the consumer group, the brokers) reads it from here, so the ConfigMap, the probes and the
+KEDA trigger cannot disagree.
 */}}
 {{- define "logstream.serveConfig" -}}
 {{- $config := .Files.Get "files/serve.yaml" | fromYaml }}
@@ -103,6 +111,11 @@ the probes and the KEDA trigger cannot disagree.
 {{- $_ := set $model "device" "cuda" }}
 {{- end }}
 {{- $_ := set $config "model" $model }}
+{{- $sink := get $config "sink" | default dict }}
+{{- if eq (get $sink "kind") "alerts" }}
+{{- $_ := set $sink "routes" (printf "%s/alerts.yaml" (include "logstream.configDir" .)) }}
+{{- $_ := set $config "sink" $sink }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -150,6 +163,10 @@ Reject value combinations that the schema cannot express; included by the Deploy
 {{- end }}
 {{- if and .Values.keda.enabled .Values.keda.authentication.enabled (not (include "logstream.secretName" .)) }}
 {{- fail "keda.authentication.enabled needs a credentials Secret: set secrets.existingSecret or secrets.create." }}
+{{- end }}
+{{- $sink := get (include "logstream.serveConfig" . | fromYaml) "sink" | default dict }}
+{{- if and (eq (get $sink "kind") "alerts") (not (include "logstream.alertsConfig" .)) }}
+{{- fail "config.serve.sink.kind alerts needs alert routes: files/alerts.yaml or config.alerts." }}
 {{- end }}
 {{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
 {{- fail "model.source initContainer needs model.initContainer.image.repository." }}
