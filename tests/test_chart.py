@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -40,15 +40,20 @@ STANDARD_LABELS = (
 )
 
 
+def _missing(what: str) -> NoReturn:
+    """Skip for a missing tool, except in CI (CI=true), where it is a failure."""
+    message = f"{what} not installed: run .ci/helm-tools.sh"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def _tool(name: str) -> str:
-    """Path of a CLI from .tools/bin (or PATH); skip without it, fail without it in CI."""
+    """Path of a CLI from .tools/bin (or PATH)."""
     pinned = TOOLS / "bin" / name
     found = str(pinned) if pinned.is_file() else shutil.which(name)
     if found is None:
-        message = f"{name} is not installed: run .ci/helm-tools.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing(f"{name} is")
     return found
 
 
@@ -63,10 +68,7 @@ def kube_version() -> str:
     _tool("kubeconform")
     marker = SCHEMAS / "kubernetes-version"
     if not marker.is_file():
-        message = "Kubernetes JSON schemas are not installed: run .ci/helm-tools.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing("the Kubernetes JSON schemas are")
     return marker.read_text(encoding="utf-8").strip()
 
 
