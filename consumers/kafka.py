@@ -81,6 +81,7 @@ class KafkaSource:
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             max_poll_interval_ms=settings.max_poll_interval_ms,
+            metadata_max_age_ms=settings.metadata_max_age_ms,
             **client_options(settings),
         )
         self._dead_letters: AIOKafkaProducer | None = None

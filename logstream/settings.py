@@ -75,6 +75,8 @@ class KafkaSettings(_Section):
     session_timeout_ms: int = Field(default=30_000, gt=0)
     heartbeat_interval_ms: int = Field(default=3_000, gt=0)
     max_poll_interval_ms: int = Field(default=300_000, gt=0)
+    # Topic metadata refresh: a new topic matching topic_pattern is picked up within this.
+    metadata_max_age_ms: int = Field(default=60_000, gt=0)
     # Bad messages are copied here (value, key, and a `logstream-reject` header) if set.
     dead_letter_topic: str | None = None
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"

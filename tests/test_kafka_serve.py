@@ -408,7 +408,7 @@ def test_topics_by_pattern_and_readiness_waits_for_partitions(
         serve_model_dir,
         "unused",
         group,
-        kafka={"topics": [], "topic_pattern": f"{prefix}-.*"},
+        kafka={"topics": [], "topic_pattern": f"{prefix}-.*", "metadata_max_age_ms": 1000},
     ).start()
     wait_for(lambda: serve.get("/healthz") is not None, "the endpoints")
     assert serve.get("/healthz").status_code == 200
