@@ -259,12 +259,12 @@ def demo_command(
         "runs/demo"
     ),
     preset: PresetOpt = "tiny",
-    window: WindowOpt = 256,
+    window: WindowOpt = 128,
     max_steps: StepsOpt = 600,
 ) -> None:
     """The embedded default backtest: train on a synthetic system's baseline, replay a log with incidents.
 
-    The tiny preset and a 256-token window keep it to a couple of minutes on a laptop CPU; the
+    The tiny preset and a 128-token window keep it to a few minutes on a 2-core CPU; the
     synthetic system is simple enough for them. Real logs want `train --preset small` (the default).
     """
     files = write_demo_logs(out)
