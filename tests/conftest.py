@@ -39,22 +39,6 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker.stop()
 
 
-@pytest.fixture(scope="session")
-def serve_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model (window 128) trained on clean synthetic lines, for the serve tests."""
-    from logstream.synth import STREAM_KEY, generate_lines
-    from logstream.train import Stream, TrainConfig, save, train
-
-    by_stream: dict[str, list[str]] = {}
-    for line in generate_lines(1500, seed=0).lines:
-        host = re.search(STREAM_KEY, line)
-        by_stream.setdefault(host.group(1) if host else "default", []).append(line)
-    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=80)
-    out = tmp_path_factory.mktemp("serve-model") / "model"
-    save(train([Stream(name, lines) for name, lines in by_stream.items()], config), out)
-    return out
-
-
 # --- Models (logstream.train) --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

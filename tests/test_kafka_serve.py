@@ -180,14 +180,14 @@ def new_topic(broker: KafkaBroker, partitions: int) -> tuple[str, str]:
 
 
 def test_injected_anomaly_comes_out_with_stream_offset_and_score(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """An odd line produced among normal ones is reported with its stream, offset and score."""
     topic, group = new_topic(kafka_broker, partitions=1)
     messages = normal_lines(80, seed=11)
     messages.insert(60, (b"web-1", ODD_LINE.encode()))
     placed = asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
-    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
     wait_for(serve.ready, "serve ready")
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
     assert serve.terminate() == 0
@@ -201,7 +201,7 @@ def test_injected_anomaly_comes_out_with_stream_offset_and_score(
 
 
 def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """With sink kind alerts, an odd line becomes a webhook POST on a real 127.0.0.1 receiver."""
     topic, group = new_topic(kafka_broker, partitions=1)
@@ -213,7 +213,7 @@ def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
         serve = Serve(
             tmp_path,
             kafka_broker,
-            serve_model_dir,
+            synthetic_model_dir,
             topic,
             group,
             sink={"kind": "alerts", "routes": str(routes)},
@@ -225,7 +225,7 @@ def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
 
 
 def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """kill -9 mid-stream + restart: every line is scored, no commit ever ran ahead of the sink.
 
@@ -238,7 +238,7 @@ def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
     messages = normal_lines(1500, seed=12)
     messages[200] = (b"web-2", ODD_LINE.replace("web-1", "web-2").encode())
     asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
-    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group)
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group)
 
     def commits_never_ahead_of_hand_off() -> None:
         committed = asyncio.run(committed_offsets(kafka_broker.bootstrap, group))
@@ -270,12 +270,12 @@ def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
 
 
 def test_rebalance_splits_partitions_and_survivor_takes_over(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """Two members split 4 partitions; one leaves; the other takes all 4 and no line is lost."""
     topic, group = new_topic(kafka_broker, partitions=4)
-    first = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
-    second = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    first = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
+    second = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
     wait_for(lambda: first.ready() and second.ready(), "both members ready")
     wait_for(
         lambda: (
@@ -299,7 +299,7 @@ def test_rebalance_splits_partitions_and_survivor_takes_over(
 
 
 def test_poison_messages_are_counted_logged_once_and_dead_lettered(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """Bad messages never block the partition: counted per kind, logged once, dead-lettered."""
     topic, group = new_topic(kafka_broker, partitions=1)
@@ -321,7 +321,7 @@ def test_poison_messages_are_counted_logged_once_and_dead_lettered(
     serve = Serve(
         tmp_path,
         kafka_broker,
-        serve_model_dir,
+        synthetic_model_dir,
         topic,
         group,
         kafka={"dead_letter_topic": dead},
@@ -356,7 +356,7 @@ def test_poison_messages_are_counted_logged_once_and_dead_lettered(
 
 
 def test_backpressure_pauses_and_resumes_without_losing_lines(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """Past max_inflight_lines the partitions pause, below half they resume; no line is lost."""
     topic, group = new_topic(kafka_broker, partitions=1)
@@ -364,7 +364,7 @@ def test_backpressure_pauses_and_resumes_without_losing_lines(
     serve = Serve(
         tmp_path,
         kafka_broker,
-        serve_model_dir,
+        synthetic_model_dir,
         topic,
         group,
         kafka={"max_poll_records": 16},
@@ -380,12 +380,12 @@ def test_backpressure_pauses_and_resumes_without_losing_lines(
 
 
 def test_consumer_resumes_after_broker_restart(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """Serve survives a broker restart and scores and commits what is produced afterwards."""
     topic, group = new_topic(kafka_broker, partitions=1)
     asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=16)))
-    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group).start()
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
     wait_for(serve.ready, "serve ready")
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "first lines committed")
     kafka_broker.restart()
@@ -397,7 +397,7 @@ def test_consumer_resumes_after_broker_restart(
 
 
 def test_topics_by_pattern_and_readiness_waits_for_partitions(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """/readyz is 503 (while /healthz is 200) until a topic matching topic_pattern is assigned."""
     prefix = f"pat-{uuid.uuid4().hex[:8]}"
@@ -405,7 +405,7 @@ def test_topics_by_pattern_and_readiness_waits_for_partitions(
     serve = Serve(
         tmp_path,
         kafka_broker,
-        serve_model_dir,
+        synthetic_model_dir,
         "unused",
         group,
         kafka={"topics": [], "topic_pattern": f"{prefix}-.*", "metadata_max_age_ms": 1000},
@@ -423,11 +423,11 @@ def test_topics_by_pattern_and_readiness_waits_for_partitions(
 
 
 def test_quiet_stream_is_closed_and_its_cache_freed(
-    kafka_broker: KafkaBroker, serve_model_dir: Path, tmp_path: Path
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
     """With stream_idle_seconds, streams that went quiet are closed: the cache bytes fall to 0."""
     topic, group = new_topic(kafka_broker, partitions=1)
-    serve = Serve(tmp_path, kafka_broker, serve_model_dir, topic, group, stream_idle_seconds=5.0).start()
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group, stream_idle_seconds=5.0).start()
     wait_for(serve.ready, "serve ready")
     asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=21)))
     wait_for(lambda: serve.metric("logstream_lines_total") == 30, "the lines scored")

@@ -32,13 +32,13 @@ def replay_scores(input_path: Path, model_dir: Path, out: Path, env: dict[str, s
     return [row["score"] for row in sorted(rows, key=lambda row: row["index"])]
 
 
-def test_replay_scores_agree_kernel_vs_reference(serve_model_dir: Path, tmp_path: Path) -> None:
+def test_replay_scores_agree_kernel_vs_reference(synthetic_model_dir: Path, tmp_path: Path) -> None:
     """Every line score agrees to 1e-3 relative, with wrap-around and incidents in the input."""
     log = generate_lines(120, seed=7, incidents=("new_template", "burst"))
     path = tmp_path / "replay.log"
     path.write_text("\n".join(log.lines) + "\n")
     reference_env = {"LOGSTREAM_FORCE_TRITON": "0", "TRITON_INTERPRET": "0"}
-    want = replay_scores(path, serve_model_dir, tmp_path / "reference.jsonl", reference_env)
-    got = replay_scores(path, serve_model_dir, tmp_path / "triton.jsonl", INTERPRET_ENV)
+    want = replay_scores(path, synthetic_model_dir, tmp_path / "reference.jsonl", reference_env)
+    got = replay_scores(path, synthetic_model_dir, tmp_path / "triton.jsonl", INTERPRET_ENV)
     assert len(got) == len(want) == len(log.lines)
     assert got == pytest.approx(want, rel=1e-3)
