@@ -197,16 +197,21 @@ def calibrate(trained: Trained, heldout: list[Stream], config: TrainConfig) -> C
     line_scores: list[float] = []
     end_scores: list[float] = []
     session_scores: list[float] = []
-    for stream in heldout:
-        scored = detector.score([LogRecord(line=line, stream=stream.name) for line in stream.lines])
-        scores = [s.score for s in scored]
-        line_scores += scores
-        end = None
-        if stream.ended:
-            end = detector.engine.end_nll(stream.name, trained.tokenizer.eos_id)
-            end_scores.append(end)
-            session_scores.append(session_score(scores, end))
-        detector.engine.drop(stream.name)
+    group = detector.engine.max_streams  # streams scored together in one batch
+    for start in range(0, len(heldout), group):
+        streams = heldout[start : start + group]
+        scored = detector.score([LogRecord(line=line, stream=s.name) for s in streams for line in s.lines])
+        by_stream: dict[str, list[float]] = {s.name: [] for s in streams}
+        for line in scored:
+            by_stream[line.record.stream].append(line.score)
+        for stream in streams:
+            scores = by_stream[stream.name]
+            line_scores += scores
+            if stream.ended:
+                end = detector.engine.end_nll(stream.name, trained.tokenizer.eos_id)
+                end_scores.append(end)
+                session_scores.append(session_score(scores, end))
+            detector.engine.drop(stream.name)
     calibration.fit(line_scores, end_scores, session_scores)
     return calibration
 
