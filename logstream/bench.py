@@ -930,10 +930,15 @@ def write_plots(results: dict[str, Any], directory: Path) -> list[Path]:
             xlabel="lines into the stream", ylabel="ms per line", title="latency per line", ylim=(0, None)
         )
         left.legend()
-        right.plot(x, [p["rss_mib"] for p in points], "o-", label="process RSS (MiB)")
-        right.plot(x, [p["cache_bytes"] / MiB for p in points], "s--", label="stream cache (MiB)")
-        right.set(xlabel="lines into the stream", ylabel="MiB", title="memory", ylim=(0, None))
-        right.legend()
+        right.plot(x, [p["rss_mib"] for p in points], "o-", label="process RSS")
+        right.set(xlabel="lines into the stream", ylabel="process RSS (MiB)", title="memory")
+        right.set_ylim(0, 1.25 * max(p["rss_mib"] for p in points))
+        cache = right.twinx()
+        cache.plot(
+            x, [p["cache_bytes"] / 1024 for p in points], "s--", color="tab:orange", label="stream cache"
+        )
+        cache.set(ylabel="stream cache (KiB)", ylim=(0, 1.5 * max(p["cache_bytes"] / 1024 for p in points)))
+        right.legend(handles=right.get_lines() + cache.get_lines(), loc="lower right")
         save(fig, "bench_constant_cost.png")
     if table := results.get("table"):
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
