@@ -306,11 +306,8 @@ def _window_recompute(
             context = list(history)
             tokens = torch.tensor([context + ids])
             logits = model(tokens, logits_to_keep=len(ids) + 1).logits[0, :-1]
-            if not context:  # nothing precedes the stream's first token: drop it
-                logits, ids_scored = logits[1:], ids[1:]
-            else:
-                ids_scored = ids
-            nlls.append(_line_nll(logits, ids_scored))
+            # with no context, nothing predicts the stream's first token: score the rest
+            nlls.append(_line_nll(logits, ids if context else ids[1:]))
             seconds.append(time.perf_counter() - started)
             history.extend(ids)
     return {
