@@ -38,8 +38,7 @@ def test_pagerduty_trigger_then_resolve_with_one_dedup_key(tmp_path: Path) -> No
     payload = trigger["payload"]
     assert payload["source"] == "prod-api" and payload["severity"] == "critical"
     assert (
-        payload["summary"].startswith("prod-api: 2 anomalous log lines")
-        and len(payload["summary"]) <= 1024
+        payload["summary"].startswith("prod-api: 2 anomalous log lines") and len(payload["summary"]) <= 1024
     )
     assert payload["timestamp"].endswith("Z")
     assert resolve == {
@@ -56,9 +55,7 @@ def test_alertmanager_post_v2_alerts_with_ends_at_on_resolve(tmp_path: Path) -> 
         requests = am.ok()
     assert {r.path for r in requests} == {"/api/v2/alerts"}
     (firing,), (resolved,) = (r.body for r in requests)
-    assert (
-        firing["labels"]["alertname"] == "LogAnomaly" and firing["labels"]["stream"] == "prod-api"
-    )
+    assert firing["labels"]["alertname"] == "LogAnomaly" and firing["labels"]["stream"] == "prod-api"
     assert "endsAt" not in firing and firing["startsAt"].endswith("Z")
     assert resolved["labels"] == firing["labels"] and resolved["endsAt"] > resolved["startsAt"]
 

@@ -31,9 +31,7 @@ def test_burst_of_one_incident_is_one_alert(tmp_path: Path) -> None:
     """1,000 anomalies of one stream+template within group_wait -> one notification, count 1000."""
     clock = FakeClock()
     with Receiver() as receiver:
-        routes = write_routes(
-            tmp_path, [webhook("team", receiver.url)], route={"group_wait": "30s"}
-        )
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)], route={"group_wait": "30s"})
         outbox = _open(routes, clock)
         for i in range(1000):
             outbox.put([anomaly(line=f"ERROR disk failed {i}")])
@@ -68,9 +66,7 @@ def test_new_template_in_a_group_notifies_after_group_interval(tmp_path: Path) -
     """group_by [stream]: a second template joins -> an update, but not before group_interval."""
     clock = FakeClock()
     with Receiver() as receiver:
-        routes = write_routes(
-            tmp_path, [webhook("team", receiver.url)], route={"group_by": ["stream"]}
-        )
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)], route={"group_by": ["stream"]})
         outbox = _open(routes, clock)
         outbox.put([anomaly(template_id=1)])
         drain(outbox, timeout=10, clock=clock)
@@ -138,9 +134,7 @@ def test_silence_added_from_the_cli_mutes_a_running_outbox(tmp_path: Path) -> No
     clock = FakeClock(time.time())  # the CLI's silence starts now, in real time
     silences = tmp_path / "silences.yaml"
     with Receiver() as receiver:
-        routes = write_routes(
-            tmp_path, [webhook("team", receiver.url)], silences_file=str(silences)
-        )
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)], silences_file=str(silences))
         outbox = _open(routes, clock)
         args = ["silence", "--routes", str(routes), "--match", "stream=prod-api", "--for", "2h"]
         assert alerts_cli([*args, "--comment", "maintenance"]) == 0
