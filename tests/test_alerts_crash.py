@@ -35,9 +35,7 @@ def test_kill_9_during_delivery_loses_nothing(tmp_path: Path) -> None:
     """Killed after ~1/3 of the alerts; on restart all arrive, delivered ones are not resent."""
     slow = Reply(200, delay=0.03)  # keeps several requests in flight when the kill lands
     with Receiver(lambda _r, _n: slow) as receiver:
-        routes = write_routes(
-            tmp_path, [webhook("team", receiver.url)], delivery={"concurrency": 4}
-        )
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)], delivery={"concurrency": 4})
         config = load_config(routes)
         outbox = Outbox(config.delivery.outbox, config)
         outbox.put([anomaly(template_id=i) for i in range(N_ALERTS)])
