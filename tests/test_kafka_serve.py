@@ -469,6 +469,7 @@ def test_bad_config_fails_at_start_with_one_line(
         capture_output=True,
         timeout=WAIT_S,
         env=env,
+        cwd=tmp_path,  # relative default paths (the JSONL sink) land here, not in the repo
     )
     assert result.returncode == 2
     stderr = result.stderr.decode().strip()
