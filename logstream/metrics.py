@@ -46,6 +46,11 @@ class Health:
     partitions_assigned: bool = False
 
     @property
+    def healthy(self) -> bool:
+        """Up and past model loading. The startupProbe waits on this; it never looks at Kafka."""
+        return self.alive and self.model_loaded
+
+    @property
     def ready(self) -> bool:
         return self.alive and self.model_loaded and self.partitions_assigned
 
@@ -67,7 +72,7 @@ def serve_http(host: str, port: int, health: Health) -> WSGIServer:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics_app(environ, start_response)
-        checks = {"/healthz": health.alive, "/readyz": health.ready}
+        checks = {"/healthz": health.healthy, "/readyz": health.ready}
         if path not in checks:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found\n"]

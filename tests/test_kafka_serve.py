@@ -399,7 +399,7 @@ def test_consumer_resumes_after_broker_restart(
 def test_topics_by_pattern_and_readiness_waits_for_partitions(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """/readyz is 503 (while /healthz is 200) until a topic matching topic_pattern is assigned."""
+    """/readyz is 503 (while /healthz is 200, model loaded) until a topic matching topic_pattern is assigned."""
     prefix = f"pat-{uuid.uuid4().hex[:8]}"
     group = f"group-{prefix}"
     serve = Serve(
@@ -410,8 +410,7 @@ def test_topics_by_pattern_and_readiness_waits_for_partitions(
         group,
         kafka={"topics": [], "topic_pattern": f"{prefix}-.*", "metadata_max_age_ms": 1000},
     ).start()
-    wait_for(lambda: serve.get("/healthz") is not None, "the endpoints")
-    assert serve.get("/healthz").status_code == 200
+    wait_for(lambda: getattr(serve.get("/healthz"), "status_code", None) == 200, "healthy (model loaded)")
     assert serve.get("/readyz").status_code == 503
     topic = f"{prefix}-app"
     asyncio.run(create_topic(kafka_broker.bootstrap, topic, 1))
