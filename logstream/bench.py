@@ -88,7 +88,7 @@ class BenchConfig:
     stream_counts: tuple[int, ...] = (1, 16, 256, 1024)
     ablation_streams: int = 32
     ablation_lines: int = 300
-    ablation_window: int = 64  # ~3 lines: the window rolls from the fourth line on
+    ablation_window: int = 64  # ~3 lines: the window rolls from about the third line on
     hdfs_sessions: int | None = None  # None = all; QUICK takes the first N (same 80/20 cut)
     window: int = 128  # L of the synthetic model
     hdfs_window: int = 256  # L of the HDFS model (a session is ~20 lines of ~15 tokens)
