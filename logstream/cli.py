@@ -35,7 +35,7 @@ from logstream.model import PRESETS, ModelDirError
 from logstream.normalize import parse_level
 from logstream.records import Anomaly
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay
-from logstream.scoring import severity
+from logstream.scoring import DEFAULT_LINE_TOP_K, severity
 from logstream.synth import STREAM_KEY
 from logstream.train import TrainConfig, save, train
 
@@ -81,10 +81,14 @@ FormatOpt = Annotated[
 ]
 
 
-def _train_config(preset: str, window: int, seed: int, epochs: float, max_steps: int) -> TrainConfig:
+def _train_config(
+    preset: str, window: int, seed: int, epochs: float, max_steps: int, line_top_k: int = DEFAULT_LINE_TOP_K
+) -> TrainConfig:
     if preset not in PRESETS:
         raise fail(f"--preset: unknown {preset!r}; expected one of {', '.join(PRESETS)}")
-    return TrainConfig(preset=preset, window=window, seed=seed, epochs=epochs, max_steps=max_steps)
+    return TrainConfig(
+        preset=preset, window=window, seed=seed, epochs=epochs, max_steps=max_steps, line_top_k=line_top_k
+    )
 
 
 @app.command("train")
@@ -99,9 +103,15 @@ def train_command(
     epochs: EpochsOpt = 2.0,
     max_steps: StepsOpt = 2000,
     stream_key: StreamKeyOpt = None,
+    line_top_k: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Line score: mean surprisal of the line's k most surprising tokens (0: all tokens)."
+        ),
+    ] = DEFAULT_LINE_TOP_K,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
-    config = _train_config(preset, window, seed, epochs, max_steps)
+    config = _train_config(preset, window, seed, epochs, max_steps, line_top_k)
     if only_normal and format is not Format.sessions:
         raise fail("--only-normal needs --format sessions (labels live in the sessions)")
     stats = InputStats()

@@ -63,7 +63,6 @@ class Detector:
         self.tokenizer = tokenizer
         self.normalizer = Normalizer.from_json(meta["mask_rules"])
         self.calibration = Calibration.from_json(meta["calibration"])
-        self.threshold = self.calibration.line_threshold
         self.model_id = model_id or meta.get("model_id", "")
         self.miner = PatternMiner()
         sink_ids = {
@@ -82,6 +81,11 @@ class Detector:
         model, tokenizer, meta = load_model_dir(model_dir)
         model_id = f"{Path(model_dir).name}@{meta.get('data_sha256', '')[:12]}"
         return cls(model, tokenizer, meta, model_id=model_id, **options)
+
+    @property
+    def threshold(self) -> float:
+        """The line threshold, from the calibration saved with the model."""
+        return self.calibration.line_threshold
 
     @property
     def cache_bytes(self) -> int:

@@ -29,7 +29,7 @@ from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import mine, pattern_prompt
 from logstream.records import LogRecord
-from logstream.scoring import Calibration, session_score
+from logstream.scoring import DEFAULT_LINE_TOP_K, Calibration, session_score
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 
 
@@ -56,6 +56,7 @@ class TrainConfig:
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
+    line_top_k: int = DEFAULT_LINE_TOP_K  # line score: mean of the k most surprising tokens, 0 = all
     line_quantile: float = 0.995
     session_quantile: float = 0.999
 
@@ -189,11 +190,13 @@ def fit(
     return smoothed
 
 
-def calibrate(trained: Trained, heldout: list[Stream], config: TrainConfig) -> Calibration:
-    """Thresholds = high quantiles of held-out baseline scores. No labels are involved."""
-    calibration = Calibration(line_quantile=config.line_quantile, session_quantile=config.session_quantile)
-    provisional = {**trained.meta, "calibration": calibration.to_json()}
-    detector = Detector(trained.model, trained.tokenizer, provisional, device="cpu")
+def calibrate(detector: Detector, heldout: list[Stream], calibration: Calibration) -> Calibration:
+    """Fit `calibration`'s thresholds to the detector's scores of held-out baseline streams.
+
+    Thresholds are high quantiles of those scores; no labels are involved. The detector's
+    own line score (top_k, level prior) is set from `calibration` first.
+    """
+    detector.calibration = calibration
     line_scores: list[float] = []
     end_scores: list[float] = []
     session_scores: list[float] = []
@@ -208,7 +211,7 @@ def calibrate(trained: Trained, heldout: list[Stream], config: TrainConfig) -> C
             scores = by_stream[stream.name]
             line_scores += scores
             if stream.ended:
-                end = detector.engine.end_nll(stream.name, trained.tokenizer.eos_id)
+                end = detector.engine.end_nll(stream.name, detector.tokenizer.eos_id)
                 end_scores.append(end)
                 session_scores.append(session_score(scores, end))
             detector.engine.drop(stream.name)
@@ -259,9 +262,14 @@ def train(
         "train_seconds": round(time.time() - started, 1),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    trained = Trained(model, tokenizer, meta)
-    trained.meta["calibration"] = calibrate(trained, heldout, config).to_json()
-    return trained
+    calibration = Calibration(
+        line_top_k=config.line_top_k,
+        line_quantile=config.line_quantile,
+        session_quantile=config.session_quantile,
+    )
+    detector = Detector(model, tokenizer, {**meta, "calibration": calibration.to_json()}, device="cpu")
+    meta["calibration"] = calibrate(detector, heldout, calibration).to_json()
+    return Trained(model, tokenizer, meta)
 
 
 def save(trained: Trained, out: Path) -> None:
