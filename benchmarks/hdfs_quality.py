@@ -55,11 +55,11 @@ def main() -> None:
 
     model_dir = args.out / "model"
     started = time.time()
+    normal = streams_from_sessions([s for s in train_sessions if s.label == 0])
     if not (model_dir / "logstream.json").is_file():
         config = TrainConfig(
             preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps
         )
-        normal = streams_from_sessions([s for s in train_sessions if s.label == 0])
         save(train(normal, config), model_dir)
     train_seconds = time.time() - started
 
