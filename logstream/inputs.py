@@ -45,14 +45,17 @@ def _read_bytes(path: Path) -> bytes:
 
 def _decode(raw: bytes, stats: InputStats) -> str:
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         stats.bad["invalid_utf8"] += 1
-        text = raw.decode("utf-8", errors="replace")
-    if len(text) > MAX_LINE_CHARS:
+        return raw.decode("utf-8", errors="replace")
+
+
+def _cut(line: str, stats: InputStats) -> str:
+    if len(line) > MAX_LINE_CHARS:
         stats.bad["oversized_line"] += 1
-        text = text[:MAX_LINE_CHARS]
-    return text
+        return line[:MAX_LINE_CHARS]
+    return line
 
 
 def read_lines(path: Path, stats: InputStats) -> list[str]:
@@ -62,7 +65,7 @@ def read_lines(path: Path, stats: InputStats) -> list[str]:
         if not raw.strip():
             stats.bad["empty_line"] += 1
             continue
-        lines.append(_decode(raw, stats))
+        lines.append(_cut(_decode(raw, stats), stats))
     return lines
 
 
@@ -81,7 +84,7 @@ def read_sessions(path: Path, stats: InputStats) -> list[Session]:
             continue
         try:
             obj = json.loads(_decode(raw, stats))
-            lines = [str(line)[:MAX_LINE_CHARS] for line in obj["lines"]]
+            lines = [_cut(str(line), stats) for line in obj["lines"]]
             label = obj.get("label")
             sessions.append(Session(str(obj["session"]), lines, None if label is None else int(label)))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
