@@ -30,7 +30,6 @@ EXPLAIN_TOKENS = 3  # surprising tokens kept to explain an alert
 @dataclass(frozen=True)
 class LineScore:
     surprisal: float  # mean NLL of the top_k most surprising tokens, nats
-    max_token: float  # the most surprising token's NLL
     top_tokens: tuple[tuple[int, float], ...]  # (token position in line, NLL), most surprising first
 
 
@@ -39,7 +38,6 @@ def line_score(token_nll: np.ndarray, top_k: int = DEFAULT_LINE_TOP_K) -> LineSc
     surprisal = token_nll[order[:top_k]].mean() if top_k > 0 else token_nll.mean()
     return LineScore(
         surprisal=float(surprisal),
-        max_token=float(token_nll[order[0]]),
         top_tokens=tuple((int(i), float(token_nll[i])) for i in order[:EXPLAIN_TOKENS]),
     )
 
