@@ -30,18 +30,10 @@ KEY = re.compile(STREAM_KEY)
 def token_nll(detector: Detector, lines: list[str]) -> list[np.ndarray]:
     """Per-line token surprisal, every stream starting fresh."""
     records = [LogRecord(line=line, stream=KEY.search(line).group(1)) for line in lines]
-    masked = [detector.normalizer.mask(r.line) for r in records]
-    ids = detector.tokenizer.encode_lines(masked)
-    by_stream: dict[str, list[int]] = {}
-    for i, r in enumerate(records):
-        by_stream.setdefault(r.stream, []).append(i)
-    nll = detector.engine.score({s: [ids[i] for i in idx] for s, idx in by_stream.items()})
-    out: list[np.ndarray] = [np.zeros(0)] * len(lines)
-    for s, idx in by_stream.items():
-        for i, x in zip(idx, nll[s], strict=True):
-            out[i] = x
-        detector.engine.drop(s)
-    return out
+    _, _, surprisal = detector.token_surprisal(records)
+    for stream in {r.stream for r in records}:
+        detector.engine.drop(stream)
+    return surprisal
 
 
 def main() -> None:

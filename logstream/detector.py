@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from logstream.engine import StreamingEngine
@@ -95,22 +96,36 @@ class Detector:
     def learned_stream_ends(self) -> bool:
         return self.calibration.end_threshold is not None
 
-    def score(self, records: Sequence[LogRecord]) -> list[ScoredLine]:
-        """One ScoredLine per record, in order. Lines of a stream keep that stream's context."""
+    def token_surprisal(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[list[str], list[list[int]], list[np.ndarray]]:
+        """Masked text, token ids and per-token surprisal of each record, in order.
+
+        Lines of a stream are scored in that stream's context (its cache advances).
+        """
         masked = [self.normalizer.mask(r.line) for r in records]
         token_ids = self.tokenizer.encode_lines(masked)
         by_stream: dict[str, list[int]] = defaultdict(list)  # stream -> record indices
         for i, record in enumerate(records):
             by_stream[record.stream].append(i)
         nll = self.engine.score({s: [token_ids[i] for i in idx] for s, idx in by_stream.items()})
-        out: list[ScoredLine | None] = [None] * len(records)
-        prior = self.calibration.level_prior
+        surprisal: list[np.ndarray] = [np.zeros(0)] * len(records)
         for stream, indices in by_stream.items():
             for i, token_nll in zip(indices, nll[stream], strict=True):
-                ls = line_score(token_nll, self.calibration.line_top_k)
-                level = parse_level(records[i].line)
-                out[i] = ScoredLine(
-                    record=records[i],
+                surprisal[i] = token_nll
+        return masked, token_ids, surprisal
+
+    def score(self, records: Sequence[LogRecord]) -> list[ScoredLine]:
+        """One ScoredLine per record, in order. Lines of a stream keep that stream's context."""
+        masked, token_ids, surprisal = self.token_surprisal(records)
+        prior = self.calibration.level_prior
+        out = []
+        for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
+            ls = line_score(token_nll, self.calibration.line_top_k)
+            level = parse_level(record.line)
+            out.append(
+                ScoredLine(
+                    record=record,
                     score=with_level_prior(ls.surprisal, level, prior),
                     surprisal=ls.surprisal,
                     threshold=self.threshold,
@@ -120,7 +135,8 @@ class Detector:
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
                     ),
                 )
-        return out  # type: ignore[return-value]
+            )
+        return out
 
     def close(self, stream: str) -> ScoredLine | None:
         """End a stream: score the end-of-stream token (if the model learned ends) and free its cache."""
