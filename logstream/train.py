@@ -239,6 +239,7 @@ def train(
         tokenizer = LineTokenizer(tokenizer)
         prompt = pattern_prompt(mine(masked).templates(), config.prompt_templates)
         sink_ids = prompt_ids(tokenizer, prompt, config.sink_tokens)
+        torch.manual_seed(config.seed)  # the initial weights too: --seed makes a run reproducible
         model = build_model(config.preset, tokenizer, max_positions=len(sink_ids) + config.window)
     else:
         # a copy: the earlier model keeps scoring its own chunk (prequential replay)

@@ -42,14 +42,14 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 # --- Models (logstream.train) --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model (window 128, 600 steps) trained on 4,000 clean synthetic lines: good enough
+    """A tiny model (window 128, 1000 steps) trained on 4,000 clean synthetic lines: good enough
     to catch every synthetic incident kind (tests/test_detection.py), about a minute on 2 cores."""
     from logstream.inputs import streams_from_lines
     from logstream.synth import STREAM_KEY, generate_lines
     from logstream.train import TrainConfig, save, train
 
     streams = streams_from_lines(generate_lines(4000, seed=1).lines, re.compile(STREAM_KEY))
-    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=600, batch_size=16)
+    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=1000, batch_size=16)
     out = tmp_path_factory.mktemp("synthetic-model") / "model"
     save(train(streams, config), out)
     return out

@@ -18,7 +18,7 @@ KEY = re.compile(STREAM_KEY)
 
 @pytest.fixture(scope="module")
 def scored(synthetic_model_dir: Path) -> tuple[SyntheticLog, list[ScoredLine]]:
-    log = generate_lines(1500, seed=7, incidents=INCIDENT_KINDS * 3)
+    log = generate_lines(1500, seed=7, incidents=INCIDENT_KINDS * 4)
     detector = Detector.load(synthetic_model_dir, device="cpu")
     records = [LogRecord(line=line, stream=KEY.search(line).group(1)) for line in log.lines]
     return log, detector.score(records)
