@@ -17,6 +17,10 @@ class AnomalySink(Protocol):
 
     def put(self, anomalies: Sequence[Anomaly]) -> None: ...
 
+    def healthy(self) -> bool:
+        """False once the sink can no longer deliver (serve's /healthz fails on it)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -35,6 +39,10 @@ class JsonlSink:
             self._file.write(json.dumps(asdict(anomaly)) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+
+    def healthy(self) -> bool:
+        """A file append has no background worker that could die: a failed put raises instead."""
+        return True
 
     def close(self) -> None:
         self._file.close()
