@@ -11,7 +11,6 @@ each naming the field (`kafka.topics`) and the reason.
 
 from __future__ import annotations
 
-import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,6 +31,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from logstream.regex import check_python_regex, compile_safe
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
 
@@ -89,7 +90,7 @@ class KafkaSettings(_Section):
     @classmethod
     def _pattern_compiles(cls, value: str | None) -> str | None:
         if value is not None:
-            _compile(value)
+            check_python_regex(value)  # aiokafka matches it with `re`: no nested quantifiers
         return value
 
     @model_validator(mode="after")
@@ -126,7 +127,7 @@ class InputSettings(_Section):
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
         if value is not None:
-            _compile(value)
+            compile_safe(value)  # RE2: runs on untrusted lines, so it must not backtrack
         return value
 
     @model_validator(mode="after")
@@ -184,6 +185,9 @@ class ServeSettings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=20.0, gt=0)
     # A stream quiet this long is closed and gets its end-of-stream score; None = never.
     stream_idle_seconds: float | None = Field(default=None, gt=0)
+    # Streams tracked for stream_idle_seconds. Past it the least recently seen one is forgotten
+    # (not closed: it gets no end score), so memory stays bounded under any number of keys.
+    max_tracked_streams: int = Field(default=100_000, gt=0)
     # One JSON line per scored line (source, offset, stream, score), fsynced before commit.
     audit_log: Path | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -203,13 +207,6 @@ class ServeSettings(BaseSettings):
         if yaml_file is not None:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a valid regex: {exc}") from None
 
 
 def _describe(exc: ValidationError) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from logstream.settings import SettingsError, load_settings
+from logstream.settings import InputSettings, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 MINIMAL = "model: {dir: runs/model}\nkafka: {topics: [logs]}\n"
@@ -64,6 +67,22 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             "not a valid regex",
         ),
         (
+            MINIMAL + "input: {stream_key: regex, stream_regex: '(a)\\1'}\n",
+            "input.stream_regex",
+            "backreferences and lookaround",
+        ),
+        (
+            "model: {dir: m}\nkafka: {topic_pattern: '(a+)+$'}\n",
+            "kafka.topic_pattern",
+            "nested quantifiers",
+        ),
+        (
+            "model: {dir: m}\nkafka: {topic_pattern: 'logs-(?=x)'}\n",
+            "kafka.topic_pattern",
+            "backreferences and lookaround",
+        ),
+        (MINIMAL + "max_tracked_streams: 0\n", "max_tracked_streams", "greater than 0"),
+        (
             MINIMAL + "input: {stream_key: json_field}\n",
             "input",
             "needs format json and stream_field",
@@ -101,3 +120,24 @@ def test_shipped_default_config_is_valid() -> None:
     """configs/serve.yaml (the documented default) passes validation."""
     settings = load_settings(REPO / "configs" / "serve.yaml")
     assert settings.kafka.group_id
+
+
+def test_nested_quantifier_in_stream_regex_is_accepted() -> None:
+    """stream_regex runs on RE2 (linear time), so `(a+)+$` is safe there and accepted."""
+    settings = InputSettings(stream_key="regex", stream_regex=r"(a+)+$")
+    assert settings.stream_regex == r"(a+)+$"
+
+
+def test_serve_check_refuses_a_backtracking_topic_pattern(tmp_path: Path) -> None:
+    """`serve --check` exits 2 naming kafka.topic_pattern for a pattern with nested quantifiers."""
+    config = _write(tmp_path, "model: {dir: m}\nkafka: {topic_pattern: 'logs-(\\w+)*$'}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "serve", "--config", str(config), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("LOGSTREAM_")},
+    )
+    assert result.returncode == 2
+    assert "kafka.topic_pattern: nested quantifiers" in result.stderr
+    assert "Traceback" not in result.stderr
