@@ -4,13 +4,15 @@ Every source (Kafka, file, stdin) hands its raw bytes here, so bad input is
 judged the same way everywhere: undecodable bytes, oversized messages, bad
 JSON, a JSON record without its message field, and empty values become a
 `Rejected` with a kind. Rejects are counted and logged once per kind by
-`RejectLog`; they never raise.
+`RejectLog`. `parse` never raises: hostile input (JSON nested deeper than the
+recursion limit, a 5,000-digit number) is a `bad_json` reject, and anything
+else a parser can raise on input becomes an `unparsable` reject, so one
+message can never stop a consumer.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +20,25 @@ import structlog
 
 from logstream.metrics import BAD_RECORDS
 from logstream.records import LogRecord
+from logstream.regex import compile_safe, search_key
 from logstream.settings import InputSettings
 
-REJECT_KINDS = ("undecodable", "oversized", "bad_json", "missing_field", "empty")
+REJECT_KINDS = ("undecodable", "oversized", "bad_json", "missing_field", "empty", "unparsable")
+
+# What a parser may raise on hostile input (RecursionError: JSON nested past the recursion
+# limit; ValueError: a 5,000-digit JSON number; UnicodeError: lone surrogates; the rest: a value
+# of a shape no branch foresaw). Never MemoryError or KeyboardInterrupt.
+INPUT_ERRORS = (
+    RecursionError,
+    ValueError,
+    UnicodeError,
+    OverflowError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+)
+MAX_DETAIL_CHARS = 200  # a reject's detail is logged: never the hostile payload itself
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +62,7 @@ class RecordParser:
 
     def __init__(self, settings: InputSettings) -> None:
         self.settings = settings
-        self._regex = re.compile(settings.stream_regex) if settings.stream_regex else None
+        self._regex = compile_safe(settings.stream_regex) if settings.stream_regex else None
         self._message_path = settings.message_field.split(".")
         self._stream_path = settings.stream_field.split(".") if settings.stream_field else None
 
@@ -56,6 +74,20 @@ class RecordParser:
         source: str = "",
         offset: int | None = None,
         timestamp: float | None = None,
+    ) -> LogRecord | Rejected:
+        """The message's LogRecord, or a Rejected saying why not; never raises on any input."""
+        try:
+            return self._parse(value, key, source, offset, timestamp)
+        except INPUT_ERRORS as exc:
+            return Rejected("unparsable", f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS])
+
+    def _parse(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        source: str,
+        offset: int | None,
+        timestamp: float | None,
     ) -> LogRecord | Rejected:
         if value is None or not value.strip():
             return Rejected("empty", "no value" if value is None else "blank value")
@@ -72,16 +104,20 @@ class RecordParser:
                 fields = json.loads(text)
             except json.JSONDecodeError as exc:
                 return Rejected("bad_json", f"{exc.msg} at char {exc.pos}")
+            except RecursionError:
+                return Rejected("bad_json", "nested too deeply")
+            except ValueError as exc:  # e.g. an integer past sys.get_int_max_str_digits()
+                return Rejected("bad_json", str(exc)[:MAX_DETAIL_CHARS])
             if not isinstance(fields, dict):
                 return Rejected("bad_json", f"a JSON {type(fields).__name__}, not an object")
             message = _lookup(fields, self._message_path)
             if not isinstance(message, str):
                 return Rejected("missing_field", f"no string at {self.settings.message_field!r}")
-            text = message
+            text = _valid_utf8(message)
         line = " ".join(text.rstrip().splitlines())
         if not line.strip():
             return Rejected("empty", "blank message")
-        stream = self._stream(line, key, fields)
+        stream = _valid_utf8(self._stream(line, key, fields))
         return LogRecord(line, stream=stream, source=source, offset=offset, timestamp=timestamp)
 
     def _stream(self, line: str, key: bytes | None, fields: dict[str, Any] | None) -> str:
@@ -91,13 +127,25 @@ class RecordParser:
                 found = key.decode("utf-8", errors="replace")
             case "json_field" if fields is not None and self._stream_path is not None:
                 found = _lookup(fields, self._stream_path)
+                if not isinstance(found, str | int | float | bool):
+                    found = None  # an object or list is no stream name (nor worth a deep str())
             case "regex" if self._regex is not None:
-                hit = self._regex.search(line)
-                if hit is not None:
-                    found = hit.group(1) if hit.re.groups else hit.group(0)
+                found = search_key(self._regex, line)
         if found is None or found == "":
             return self.settings.default_stream
         return str(found)
+
+
+def _valid_utf8(text: str) -> str:
+    """`text`, with lone surrogates (JSON may spell them as `\\ud800`) replaced by `?`.
+
+    Everything downstream (RE2, the tokenizer, SQLite) needs encodable text.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _lookup(fields: dict[str, Any], path: list[str]) -> Any:
@@ -116,7 +164,7 @@ class RejectLog:
         self.counts = dict.fromkeys(REJECT_KINDS, 0)
 
     def add(self, rejected: Rejected, **context: Any) -> None:
-        self.counts[rejected.kind] += 1
+        self.counts[rejected.kind] = self.counts.get(rejected.kind, 0) + 1
         BAD_RECORDS.labels(kind=rejected.kind).inc()
         if self.counts[rejected.kind] == 1:
             log.warning(

@@ -78,6 +78,11 @@ def test_stream_falls_back_to_default(settings: dict, value: bytes, key: bytes |
         (None, {}, "empty"),
         (b"  \n", {}, "empty"),
         (b'{"message": "  "}', {"format": "json"}, "empty"),
+        # H1: nested past the recursion limit (60 KB, under max_message_bytes): RecursionError
+        (b"[" * 30_000 + b"]" * 30_000, {"format": "json"}, "bad_json"),
+        (b'{"message": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", {"format": "json"}, "bad_json"),
+        # an integer past sys.get_int_max_str_digits(): ValueError, not JSONDecodeError
+        (b'{"message": "x", "n": ' + b"7" * 5_000 + b"}", {"format": "json"}, "bad_json"),
     ],
 )
 def test_bad_input_is_rejected_with_its_kind(value: bytes | None, settings: dict, kind: str) -> None:
@@ -99,3 +104,44 @@ def test_reject_log_counts_every_one_and_logs_first_of_each_kind(
     assert rejects.counts["empty"] == 1
     logged = capsys.readouterr().out + capsys.readouterr().err
     assert logged.count("bad record skipped") == 2
+
+
+def test_parse_never_raises_on_an_unexpected_error() -> None:
+    """An error no branch foresaw (here a non-bytes value) is an `unparsable` reject, not a raise."""
+    rejected = RecordParser(InputSettings()).parse("not bytes")  # type: ignore[arg-type]
+    assert isinstance(rejected, Rejected)
+    assert rejected.kind == "unparsable"
+
+
+def test_lone_surrogates_from_json_escapes_become_encodable_text() -> None:
+    """JSON `\\ud800` escapes (lone surrogates) in line or stream are replaced: SQLite and RE2 need UTF-8."""
+    value = b'{"message": "a \\ud800 b", "h": "web-\\udc00"}'
+    record = _parse(value, format="json", stream_key="json_field", stream_field="h")
+    assert record.line == "a ? b"
+    assert record.stream == "web-?"
+    record.line.encode("utf-8")  # must not raise
+
+
+def test_non_scalar_json_stream_field_falls_back_to_default() -> None:
+    """A JSON object or list at stream_field is no stream name: the default stream."""
+    value = json.dumps({"message": "x", "h": {"deep": [1, 2]}}).encode()
+    assert _parse(value, format="json", stream_key="json_field", stream_field="h").stream == "default"
+
+
+def test_backtracking_stream_regex_runs_in_linear_time() -> None:
+    """M3: `(a+)+$` on 47 bytes that make Python's `re` backtrack for ever is matched by RE2.
+
+    No timing assertion: with `re` this call does not return for hours; with RE2 it returns.
+    """
+    record = _parse(b"a" * 46 + b"!", stream_key="regex", stream_regex=r"(a+)+$", default_stream="d")
+    assert record.stream == "d"
+    record = _parse(b"x aaa", stream_key="regex", stream_regex=r"(a+)+$")
+    assert record.stream == "aaa"
+
+
+def test_reject_log_counts_kinds_it_has_not_seen() -> None:
+    """Every reject kind is counted, including ones added after RejectLog was written."""
+    rejects = RejectLog()
+    rejects.add(Rejected("unparsable", "x"))
+    rejects.add(Rejected("unparsable", "y"))
+    assert rejects.counts["unparsable"] == 2
