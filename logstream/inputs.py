@@ -3,18 +3,21 @@
 Bad input never raises a traceback: a file that cannot be used at all is an
 `InputError` (one line, the CLI exits 2); a bad line inside a usable file is
 counted by kind in `InputStats` and either repaired (invalid UTF-8 is decoded
-with replacement, overlong lines are cut) or skipped (bad JSON).
+with replacement, overlong lines are cut) or skipped (bad JSON, a session
+JSON that is nested too deeply or has an impossible label, a line holding a
+NUL byte past the first 8 KB, which are the only bytes checked for binary).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from logstream.normalize import MAX_LINE_CHARS
+from logstream.regex import Pattern, RegexError, compile_safe, search_key
 from logstream.train import Stream
 
 FORMATS = ("lines", "sessions")
@@ -58,12 +61,22 @@ def _cut(line: str, stats: InputStats) -> str:
     return line
 
 
+def _has_nul(raw: bytes, stats: InputStats) -> bool:
+    """A NUL byte in a line (binary junk inside a text file): counted, and the line skipped."""
+    if b"\x00" in raw:
+        stats.bad["nul_byte"] += 1
+        return True
+    return False
+
+
 def read_lines(path: Path, stats: InputStats) -> list[str]:
-    """All lines of a text log, in order (empty lines are counted and skipped)."""
+    """All lines of a text log, in order (empty lines and lines with NUL bytes are counted and skipped)."""
     lines = []
     for raw in _read_bytes(path).splitlines():
         if not raw.strip():
             stats.bad["empty_line"] += 1
+            continue
+        if _has_nul(raw, stats):
             continue
         lines.append(_cut(_decode(raw, stats), stats))
     return lines
@@ -76,18 +89,50 @@ class Session:
     label: int | None
 
 
+class _BadSession(ValueError):
+    """A session record that parses as JSON but is not a usable session."""
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _session(obj: Any, stats: InputStats) -> Session:
+    if not isinstance(obj, dict):
+        raise _BadSession("not an object")
+    ident, lines, label = obj.get("session"), obj.get("lines"), obj.get("label")
+    if not isinstance(ident, _SCALARS) or not isinstance(lines, list):
+        raise _BadSession("needs a scalar 'session' and a list 'lines'")
+    if not all(isinstance(line, _SCALARS) for line in lines):
+        raise _BadSession("'lines' holds a non-scalar")  # str() of a deep list could recurse
+    if label in ("0", "1"):
+        label = int(label)  # a label written as a string is still a label
+    if label is not None and label not in (0, 1):
+        raise _BadSession("'label' must be 0 or 1")  # also refuses 1e400 (inf) and NaN
+    return Session(
+        _valid(str(ident)),
+        [_cut(_valid(str(line)), stats) for line in lines],
+        None if label is None else int(label),
+    )
+
+
+def _valid(text: str) -> str:
+    """Lone surrogates (JSON may spell them `\\ud800`) become `?`: the tokenizer needs UTF-8."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def read_sessions(path: Path, stats: InputStats) -> list[Session]:
-    """Sessions JSONL: {"session": id, "lines": [...], "label": 0|1 (optional)} per line."""
+    """Sessions JSONL: {"session": id, "lines": [...], "label": 0|1 (optional)} per line.
+
+    A record that is not such an object (bad JSON, nested past the recursion limit,
+    a label of 2 or 1e400) is counted as `bad_session_json` and skipped.
+    """
     sessions = []
     for raw in _read_bytes(path).splitlines():
-        if not raw.strip():
+        if not raw.strip() or _has_nul(raw, stats):
             continue
         try:
-            obj = json.loads(_decode(raw, stats))
-            lines = [_cut(str(line), stats) for line in obj["lines"]]
-            label = obj.get("label")
-            sessions.append(Session(str(obj["session"]), lines, None if label is None else int(label)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            sessions.append(_session(json.loads(_decode(raw, stats)), stats))
+        except (ValueError, RecursionError):  # JSONDecodeError, int digits limit, _BadSession
             stats.bad["bad_session_json"] += 1
     if not sessions:
         raise InputError(f"{path}: no valid sessions (expected JSONL with 'session' and 'lines')")
@@ -104,26 +149,24 @@ def read_labels(path: Path, expected: int) -> list[int]:
     return [int(t) for t in tokens]
 
 
-def stream_of(line: str, key: re.Pattern[str] | None) -> str:
+def stream_of(line: str, key: Pattern | None) -> str:
     """The stream a line belongs to: the regex's first group (or whole match), else 'default'."""
     if key is None:
         return "default"
-    match = key.search(line)
-    if match is None:
-        return "default"
-    return match.group(1) if key.groups else match.group(0)
+    return search_key(key, line) or "default"
 
 
-def compile_stream_key(pattern: str | None) -> re.Pattern[str] | None:
+def compile_stream_key(pattern: str | None) -> Pattern | None:
+    """`--stream-key`, compiled with RE2 (logstream.regex) so no log line can make it hang."""
     if pattern is None:
         return None
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise InputError(f"--stream-key: invalid regex {pattern!r}: {exc}") from None
+        return compile_safe(pattern)
+    except RegexError as exc:
+        raise InputError(f"--stream-key: {pattern!r} is {exc}") from None
 
 
-def streams_from_lines(lines: list[str], key: re.Pattern[str] | None) -> list[Stream]:
+def streams_from_lines(lines: list[str], key: Pattern | None) -> list[Stream]:
     by_stream: dict[str, list[str]] = {}
     for line in lines:
         by_stream.setdefault(stream_of(line, key), []).append(line)
