@@ -3,9 +3,9 @@
 #   .tools/bin/helm, .tools/bin/kubeconform       built with `go install` from the Go module proxy
 #   .tools/schemas/kubernetes/<v>-local-strict/   Kubernetes JSON schemas (PyPI: kubernetes-validate),
 #                                                 rewritten to resolve on disk
-#   .tools/schemas/crds/<group>/<kind>_<v>.json   KEDA ScaledObject/TriggerAuthentication and
-#                                                 ServiceMonitor schemas, converted from the CRD
-#                                                 YAMLs in their Go modules
+#   .tools/schemas/crds/<group>/<kind>_<v>.json   KEDA ScaledObject/TriggerAuthentication,
+#                                                 ServiceMonitor and PrometheusRule schemas,
+#                                                 converted from the CRD YAMLs in their Go modules
 # Only package registries are reachable, so nothing is fetched from anywhere else. Idempotent:
 # each piece carries a stamp with its version, and a second run with the same pins does nothing.
 set -euo pipefail
@@ -79,7 +79,7 @@ with zipfile.ZipFile(wheel) as zf:
 fi
 
 CRD_SCHEMAS="$TOOLS/schemas/crds"
-CRD_PIN="keda $KEDA_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION"
+CRD_PIN="keda $KEDA_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION (servicemonitors, prometheusrules)"
 if ! fresh crd-schemas "$CRD_PIN" || [ ! -d "$CRD_SCHEMAS" ]; then
     echo "helm-tools: CRD schemas from $CRD_PIN"
     keda="$(go_module Dir "github.com/kedacore/keda/v2@$KEDA_VERSION")"
@@ -88,7 +88,8 @@ if ! fresh crd-schemas "$CRD_PIN" || [ ! -d "$CRD_SCHEMAS" ]; then
     "$PYTHON" "$ROOT/helm/tools/kubeconform_schemas.py" crd "$CRD_SCHEMAS" \
         "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \
         "$keda/config/crd/bases/keda.sh_triggerauthentications.yaml" \
-        "$promop/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
+        "$promop/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" \
+        "$promop/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
     stamp crd-schemas "$CRD_PIN"
 fi
 
