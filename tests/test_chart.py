@@ -1,8 +1,10 @@
-"""The Helm chart in helm/logstream, checked with the real helm and kubeconform CLIs.
+"""The Helm chart in helm/logstream, checked with the real helm, kubeconform and promtool CLIs.
 
 `.ci/helm-tools.sh` installs pinned helm and kubeconform into `.tools/bin` and the Kubernetes
-and CRD (KEDA, ServiceMonitor) JSON schemas into `.tools/schemas`. Without them these tests
-skip with that hint, except in CI (CI=true), where a missing tool is a failure.
+and CRD (KEDA, ServiceMonitor, PrometheusRule) JSON schemas into `.tools/schemas`;
+`.ci/promtool.sh` installs promtool (from Debian's prometheus package) into `.tools/bin`.
+Without them these tests skip with that hint, except in CI (CI=true), where a missing tool is
+a failure.
 """
 
 from __future__ import annotations
@@ -40,20 +42,20 @@ STANDARD_LABELS = (
 )
 
 
-def _missing(what: str) -> NoReturn:
+def _missing(what: str, script: str = ".ci/helm-tools.sh") -> NoReturn:
     """Skip for a missing tool, except in CI (CI=true), where it is a failure."""
-    message = f"{what} not installed: run .ci/helm-tools.sh"
+    message = f"{what} not installed: run {script}"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
 
 
-def _tool(name: str) -> str:
+def _tool(name: str, script: str = ".ci/helm-tools.sh") -> str:
     """Path of a CLI from .tools/bin (or PATH)."""
     pinned = TOOLS / "bin" / name
     found = str(pinned) if pinned.is_file() else shutil.which(name)
     if found is None:
-        _missing(f"{name} is")
+        _missing(f"{name} is", script)
     return found
 
 
@@ -112,8 +114,15 @@ def kinds(objects: list[dict[str, Any]]) -> set[str]:
     return {obj["kind"] for obj in objects}
 
 
+def workload(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one Deployment or StatefulSet (state.persistence.enabled) that runs the pods."""
+    matches = [obj for obj in objects if obj["kind"] in ("Deployment", "StatefulSet")]
+    assert len(matches) == 1, f"expected one workload, got {[obj['kind'] for obj in matches]}"
+    return matches[0]
+
+
 def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    containers = workload(objects)["spec"]["template"]["spec"]["containers"]
     return next(c for c in containers if c["name"] == "logstream")
 
 
@@ -187,11 +196,13 @@ def test_rendered_manifests_pass_kubeconform_strict(
         ("      serviceAccountName: t-logstream\n", "Deployment"),
         ("  pollingInterval: 30\n", "ScaledObject"),
         ("      scrapeTimeout: 10s\n", "ServiceMonitor"),
+        ("          for: 10m\n", "PrometheusRule"),
     ],
 )
 def test_kubeconform_rejects_an_unknown_field(helm: str, kube_version: str, line: str, kind: str) -> None:
     """Validation is strict for core kinds and CRDs alike: a misspelt field fails it."""
-    text = render_text(helm, [CHART / "ci" / "keda-values.yaml", CHART / "ci" / "servicemonitor-values.yaml"])
+    values = ["keda-values.yaml", "servicemonitor-values.yaml", "prometheusrule-values.yaml"]
+    text = render_text(helm, [CHART / "ci" / name for name in values])
     typo = line.replace(":", "x:", 1)  # the same key with one letter more, at the same place
     assert line in text
     returncode, report = kubeconform(text.replace(line, line + typo, 1), kube_version)
@@ -214,14 +225,15 @@ def test_defaults_render_only_the_core_objects(helm: str) -> None:
 
 
 def test_all_features_render_every_optional_object(helm: str) -> None:
-    """all-features: GPU, KEDA + auth, ServiceMonitor, PDB, existing Secret, init-container model"""
+    """all-features: GPU, KEDA + auth, ServiceMonitor, PrometheusRule, PDB, existing Secret,
+    init-container model, outbox on a claim (StatefulSet)."""
     objects = render(helm, [ALL_FEATURES])
-    assert {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PodDisruptionBudget"} <= (
-        kinds(objects)
-    )
+    optional = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule"}
+    assert optional | {"PodDisruptionBudget", "StatefulSet"} <= kinds(objects)
     assert "HorizontalPodAutoscaler" not in kinds(objects)
+    assert "Deployment" not in kinds(objects)
     assert "Secret" not in kinds(objects)  # the existing one is referenced, not made
-    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    pod = one(objects, "StatefulSet")["spec"]["template"]["spec"]
     assert container(objects)["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert [c["name"] for c in pod["initContainers"]] == ["model"]
     assert {"secretRef": {"name": "logstream-credentials"}} in container(objects)["envFrom"]
@@ -430,11 +442,20 @@ def test_probes_cover_startup_readiness_and_liveness_on_the_config_port(helm: st
     assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == "http"
 
 
-def test_termination_grace_outlasts_the_shutdown_grace(helm: str) -> None:
+@pytest.mark.parametrize("persistence", [False, True], ids=["deployment", "statefulset"])
+def test_termination_grace_outlasts_the_shutdown_grace(helm: str, persistence: bool) -> None:
     """SIGKILL comes after the config's shutdown_grace_seconds (last batch committed first)."""
-    objects = render(helm, sets=["config.serve.shutdown_grace_seconds=45"])
-    grace = one(objects, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > 45
+    sets = ["config.serve.shutdown_grace_seconds=45", f"state.persistence.enabled={str(persistence).lower()}"]
+    pod = workload(render(helm, sets=sets))["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > 45
+
+
+@pytest.mark.parametrize("grace", [20, 5])
+def test_termination_grace_not_above_the_shutdown_grace_fails(helm: str, grace: int) -> None:
+    """A terminationGracePeriodSeconds that would SIGKILL serve before its own grace is refused."""
+    result = _run(_template_args(helm, [], [f"terminationGracePeriodSeconds={grace}"]))
+    assert result.returncode != 0
+    assert "must be longer than config.serve.shutdown_grace_seconds (20)" in result.stderr
 
 
 def test_gpu_values_request_a_gpu_on_gpu_nodes(helm: str) -> None:
@@ -533,10 +554,264 @@ def test_service_monitor_scrapes_metrics_with_additional_labels(helm: str) -> No
     assert selector.items() <= service["metadata"]["labels"].items()
 
 
+def test_statefulset_keeps_the_outbox_on_a_claim_per_pod(helm: str) -> None:
+    """state.persistence: a StatefulSet (no Deployment) whose claim template is the working dir,
+    where the alert outbox lives; no emptyDir for the state."""
+    objects = render(helm, [CHART / "ci" / "statefulset-values.yaml"])
+    assert "Deployment" not in kinds(objects)
+    sts = one(objects, "StatefulSet")
+    claims = {c["metadata"]["name"]: c["spec"] for c in sts["spec"]["volumeClaimTemplates"]}
+    assert claims == {
+        "state": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "fast-ssd",
+            "resources": {"requests": {"storage": "2Gi"}},
+        }
+    }
+    main = container(objects)
+    mount = next(m for m in main["volumeMounts"] if m["name"] == "state")
+    assert mount["mountPath"] == main["workingDir"]
+    assert "state" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    outbox = yaml.safe_load(one(objects, "ConfigMap")["data"]["alerts.yaml"])["delivery"]["outbox"]
+    assert (Path(main["workingDir"]) / outbox).is_relative_to(mount["mountPath"])
+    assert sts["spec"]["serviceName"] == one(objects, "Service")["metadata"]["name"]
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+
+
+def test_statefulset_pods_match_the_deployment_pods(helm: str) -> None:
+    """Switching to the StatefulSet changes only where the state lives, not the pod."""
+    deployment = one(render(helm), "Deployment")["spec"]["template"]
+    sts = one(render(helm, sets=["state.persistence.enabled=true"]), "StatefulSet")["spec"]["template"]
+    deployment["spec"]["volumes"] = [v for v in deployment["spec"]["volumes"] if v["name"] != "state"]
+    assert sts == deployment
+
+
+@pytest.mark.parametrize(
+    ("values", "kind"), [("keda-values.yaml", "ScaledObject"), ("hpa-values.yaml", "HorizontalPodAutoscaler")]
+)
+def test_autoscalers_target_the_statefulset(helm: str, values: str, kind: str) -> None:
+    """With state.persistence, KEDA's and the HPA's scaleTargetRef is the StatefulSet."""
+    objects = render(helm, [CHART / "ci" / values], ["state.persistence.enabled=true"])
+    target = one(objects, kind)["spec"]["scaleTargetRef"]
+    sts = one(objects, "StatefulSet")
+    assert (target["kind"], target["name"]) == ("StatefulSet", sts["metadata"]["name"])
+    assert "replicas" not in sts["spec"]
+
+
+# -- PrometheusRule ---------------------------------------------------------------------------
+
+RULE_VALUES = CHART / "ci" / "prometheusrule-values.yaml"
+SERIES = 'job="t-logstream",namespace="obs"'  # the default selector for release t in namespace obs
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool("promtool", ".ci/promtool.sh")
+
+
+def rule_groups(helm: str, values: list[Path] | None = None, sets: list[str] | None = None) -> dict[str, Any]:
+    """The PrometheusRule's spec: a Prometheus rule file (`groups: [...]`)."""
+    return one(render(helm, values or [RULE_VALUES], sets), "PrometheusRule")["spec"]
+
+
+def alerts_of(groups: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {rule["alert"]: rule for group in groups["groups"] for rule in group["rules"]}
+
+
+def test_prometheus_rule_passes_promtool_check(helm: str, promtool: str, tmp_path: Path) -> None:
+    """`promtool check rules` accepts the rendered rules (PromQL parses, durations are valid)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(rule_groups(helm)), encoding="utf-8")
+    result = _run([promtool, "check", "rules", str(rules)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 6 rules found" in result.stdout
+
+
+def test_promtool_check_rejects_a_broken_expression(helm: str, promtool: str, tmp_path: Path) -> None:
+    """The promtool check can fail: an expression with a PromQL syntax error is refused."""
+    groups = rule_groups(helm)
+    groups["groups"][0]["rules"][0]["expr"] += " and ("
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(groups), encoding="utf-8")
+    result = _run([promtool, "check", "rules", str(rules)])
+    assert result.returncode != 0
+    assert "parse error" in result.stdout + result.stderr
+
+
+def _exposed_metric_names() -> set[str]:
+    """Series names that the serve process exports (its modules' metrics in the default registry)."""
+    import prometheus_client
+
+    import logstream.serve  # noqa: F401  (registers every metric serve exports)
+
+    names = set()
+    for family in prometheus_client.REGISTRY.collect():
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(family.type, [""])
+        names |= {family.name + suffix for suffix in suffixes}
+    return names
+
+
+def test_prometheus_rule_reads_metrics_that_serve_exports(helm: str) -> None:
+    """Every logstream_* series an alert reads is a metric the code registers (no renamed name)."""
+    exprs = " ".join(rule["expr"] for rule in alerts_of(rule_groups(helm)).values())
+    used = set(re.findall(r"\b(logstream_[a-z_]+)\{", exprs))
+    assert len(used) == 7
+    assert used <= _exposed_metric_names()
+
+
+def test_prometheus_rule_can_leave_out_an_alert_and_scope_its_series(helm: str) -> None:
+    """prometheusRule.disabled drops an alert; prometheusRule.selector replaces the job/namespace one."""
+    sets = ["prometheusRule.disabled.LogstreamBadRecords=true", 'prometheusRule.selector=cluster="eu"']
+    alerts = alerts_of(rule_groups(helm, sets=sets))
+    assert "LogstreamBadRecords" not in alerts and len(alerts) == 5
+    assert all('{cluster="eu"' in rule["expr"] and "job=" not in rule["expr"] for rule in alerts.values())
+
+
+def test_unknown_alert_name_in_disabled_fails(helm: str) -> None:
+    """values.schema.json refuses a misspelt alert name under prometheusRule.disabled."""
+    result = _run(_template_args(helm, [RULE_VALUES], ["prometheusRule.disabled.LogstreamNoLines=true"]))
+    assert result.returncode != 0
+    assert "LogstreamNoLines" in result.stderr
+
+
+def _series(values: str | list[int]) -> str:
+    return values if isinstance(values, str) else " ".join(str(v) for v in values)
+
+
+# alert -> (input series when it must fire, when all is well, labels of the firing alert). One
+# sample a minute for 60 minutes; `for:` durations are those of ci/prometheusrule-values.yaml.
+SCENARIOS: dict[str, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {
+    "LogstreamNoLinesScored": (
+        {
+            f'logstream_lines_total{{{SERIES},instance="p0"}}': "500+0x60",  # flat: nothing scored
+            f'logstream_assigned_partitions{{{SERIES},instance="p0"}}': "2x60",
+        },
+        {
+            f'logstream_lines_total{{{SERIES},instance="p0"}}': "0+600x60",
+            f'logstream_assigned_partitions{{{SERIES},instance="p0"}}': "2x60",
+        },
+        {"job": "t-logstream", "namespace": "obs", "instance": "p0"},
+    ),
+    "LogstreamConsumerLagGrowing": (
+        {
+            f'logstream_consumer_lag{{{SERIES},instance="p0",topic="logs",partition="0"}}': "0+300x60",
+            f'logstream_consumer_lag{{{SERIES},instance="p1",topic="logs",partition="1"}}': "0+300x60",
+        },
+        {
+            f'logstream_consumer_lag{{{SERIES},instance="p0",topic="logs",partition="0"}}': "40x60",
+            f'logstream_consumer_lag{{{SERIES},instance="p1",topic="logs",partition="1"}}': "9000-150x60",
+        },
+        {"namespace": "obs", "topic": "logs"},
+    ),
+    "LogstreamOutboxPending": (
+        {f'logstream_alerts_outbox_pending{{{SERIES},instance="p0"}}': "3x60"},
+        # alerts come and go: pending for a minute, then delivered
+        {
+            f'logstream_alerts_outbox_pending{{{SERIES},instance="p0"}}': _series(
+                [3 if i % 5 == 0 else 0 for i in range(61)]
+            )
+        },
+        {"job": "t-logstream", "namespace": "obs", "instance": "p0"},
+    ),
+    "LogstreamAlertsDeadLettered": (
+        {
+            f'logstream_alerts_sent_total{{{SERIES},instance="p0",channel="webhook",outcome="dead"}}': "0x40 1x20",
+            f'logstream_alerts_sent_total{{{SERIES},instance="p0",channel="webhook",outcome="delivered"}}': "0+1x60",
+        },
+        {
+            f'logstream_alerts_sent_total{{{SERIES},instance="p0",channel="webhook",outcome="dead"}}': "0x60",
+            f'logstream_alerts_sent_total{{{SERIES},instance="p0",channel="webhook",outcome="delivered"}}': "0+1x60",
+        },
+        {"namespace": "obs", "channel": "webhook"},
+    ),
+    "LogstreamDeliveryWorkerDown": (
+        {f'logstream_delivery_worker_up{{{SERIES},instance="p0"}}': "1x50 0x10"},
+        # one short restart after an error is not an outage
+        {f'logstream_delivery_worker_up{{{SERIES},instance="p0"}}': "1x55 0 1x4"},
+        {"job": "t-logstream", "namespace": "obs", "instance": "p0"},
+    ),
+    "LogstreamBadRecords": (
+        {f'logstream_bad_records_total{{{SERIES},instance="p0",kind="bad_json"}}': "0+4x60"},
+        # one poison message: counted, but not a sustained problem
+        {f'logstream_bad_records_total{{{SERIES},instance="p0",kind="bad_json"}}': "0x10 1x50"},
+        {"namespace": "obs", "kind": "bad_json"},
+    ),
+}
+
+
+def promtool_test(
+    promtool: str,
+    tmp_path: Path,
+    groups: dict[str, Any],
+    series: dict[str, str],
+    firing: str | None,
+    labels: dict[str, str],
+) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules`: at minute 60, exactly `firing` (or no alert) is active."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(groups), encoding="utf-8")
+    alerts = alerts_of(groups)
+    checks = []
+    for name, rule in alerts.items():
+        expected = []
+        if name == firing:
+            expected = [{"exp_labels": {**labels, **rule["labels"]}, "exp_annotations": rule["annotations"]}]
+        checks.append({"eval_time": "60m", "alertname": name, "exp_alerts": expected})
+    unit = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series.items()],
+                "alert_rule_test": checks,
+            }
+        ],
+    }
+    (tmp_path / "unit.yaml").write_text(yaml.safe_dump(unit), encoding="utf-8")
+    return _run([promtool, "test", "rules", str(tmp_path / "unit.yaml")])
+
+
+def test_every_alert_has_a_scenario(helm: str) -> None:
+    """The rule's alerts are exactly the scenarios below: a new alert must come with its test."""
+    assert set(alerts_of(rule_groups(helm))) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("alert", list(SCENARIOS))
+def test_alert_fires_on_its_failure_and_no_other_does(
+    helm: str, promtool: str, tmp_path: Path, alert: str
+) -> None:
+    """`promtool test rules`: the failure's series make this alert (and only it) fire, with its
+    severity, the chart's alertLabels and the labels that locate the problem."""
+    failing, _, labels = SCENARIOS[alert]
+    result = promtool_test(promtool, tmp_path, rule_groups(helm), failing, alert, labels)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("alert", list(SCENARIOS))
+def test_alert_stays_quiet_when_all_is_well(helm: str, promtool: str, tmp_path: Path, alert: str) -> None:
+    """`promtool test rules`: the healthy variant of each scenario fires no alert at all."""
+    _, healthy, _ = SCENARIOS[alert]
+    result = promtool_test(promtool, tmp_path, rule_groups(helm), healthy, None, {})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_test_catches_a_missing_alert(helm: str, promtool: str, tmp_path: Path) -> None:
+    """The scenario check can fail: the healthy series do not satisfy a 'must fire' expectation."""
+    _, healthy, labels = SCENARIOS["LogstreamDeliveryWorkerDown"]
+    result = promtool_test(
+        promtool, tmp_path, rule_groups(helm), healthy, "LogstreamDeliveryWorkerDown", labels
+    )
+    assert result.returncode != 0
+    assert "LogstreamDeliveryWorkerDown" in result.stdout + result.stderr
+
+
 def test_every_object_carries_the_standard_labels(helm: str) -> None:
     """app.kubernetes.io/* and helm.sh/chart on every object and on the pod template."""
     objects = render(helm, [ALL_FEATURES])
-    labelled = [*objects, one(objects, "Deployment")["spec"]["template"]]
+    labelled = [*objects, workload(objects)["spec"]["template"]]
     for obj in labelled:
         labels = obj["metadata"]["labels"]
         assert all(key in labels for key in STANDARD_LABELS), obj["metadata"]
@@ -599,16 +874,26 @@ def test_every_values_key_is_documented() -> None:
     assert undocumented == []
 
 
+def _switches(values: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every `enabled` key, at any depth."""
+    for key, value in values.items():
+        if isinstance(value, dict):
+            if "enabled" in value:
+                yield prefix + key, value["enabled"]
+            yield from _switches(value, f"{prefix}{key}.")
+
+
 def test_every_optional_feature_has_a_ci_values_file() -> None:
-    """Each `enabled:` switch of values.yaml is turned on by some ci/*-values.yaml."""
+    """Each `enabled:` switch of values.yaml (at any depth) is turned on by some ci/*-values.yaml."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
-    switches = [key for key, value in defaults.items() if isinstance(value, dict) and "enabled" in value]
+    switches = {path for path, _ in _switches(defaults)}
     enabled_by_ci = set()
     for path in CI_VALUES:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
-        enabled_by_ci |= {key for key in switches if (values.get(key) or {}).get("enabled")}
-    assert {"gpu", "keda", "autoscaling", "serviceMonitor", "podDisruptionBudget"} <= set(switches)
-    assert set(switches) == enabled_by_ci
+        enabled_by_ci |= {switch for switch, enabled in _switches(values) if enabled is True}
+    expected = {"gpu", "keda", "keda.authentication", "autoscaling", "serviceMonitor", "prometheusRule"}
+    assert expected | {"podDisruptionBudget", "state.persistence"} <= switches
+    assert switches == enabled_by_ci & switches
 
 
 def render_notes(helm: str, tmp_path: Path, sets: list[str] | None = None) -> str:
@@ -678,6 +963,14 @@ def test_tool_install_is_idempotent(helm: str, kube_version: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("helm-tools: ready:"), result.stdout
+
+
+def test_promtool_install_is_idempotent(promtool: str) -> None:
+    """A second .ci/promtool.sh run finds promtool in place and downloads nothing."""
+    result = _run(["bash", str(REPO / ".ci" / "promtool.sh")])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("promtool: ready: promtool, version"), result.stdout
 
 
 def _dockerfile_stages(path: Path) -> list[list[str]]:

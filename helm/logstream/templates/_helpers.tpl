@@ -141,6 +141,44 @@ The HTTP port of /healthz, /readyz and /metrics: the config's http.port.
 {{- end }}
 
 {{/*
+The workload kind: a StatefulSet when the state (alert outbox) is on a PersistentVolumeClaim,
+else a Deployment. The HPA and the KEDA ScaledObject target it.
+*/}}
+{{- define "logstream.workloadKind" -}}
+{{- ternary "StatefulSet" "Deployment" .Values.state.persistence.enabled }}
+{{- end }}
+
+{{/*
+The config's shutdown_grace_seconds, rounded up to whole seconds: the time serve takes on
+SIGTERM to finish the batch, flush due alert groups, drain deliveries and commit.
+*/}}
+{{- define "logstream.shutdownGraceSeconds" -}}
+{{- $config := include "logstream.serveConfig" . | fromYaml }}
+{{- get $config "shutdown_grace_seconds" | default 20 | ceil | int }}
+{{- end }}
+
+{{/*
+The pod's terminationGracePeriodSeconds: the value, or the shutdown grace + 10 s, so that
+serve's own grace always runs out before the kubelet's SIGKILL.
+*/}}
+{{- define "logstream.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add (include "logstream.shutdownGraceSeconds" . | int) 10 }}
+{{- else }}
+{{- .Values.terminationGracePeriodSeconds | int }}
+{{- end }}
+{{- end }}
+
+{{/*
+PromQL label matchers of this release's series, for the PrometheusRule: prometheusRule.selector,
+or job="<fullname>",namespace="<release namespace>" (the ServiceMonitor's job is the Service's
+name).
+*/}}
+{{- define "logstream.ruleSelector" -}}
+{{- .Values.prometheusRule.selector | default (printf "job=%q,namespace=%q" (include "logstream.fullname" .) .Release.Namespace) }}
+{{- end }}
+
+{{/*
 The name of the Secret with the credentials; empty when there is none.
 */}}
 {{- define "logstream.secretName" -}}
@@ -152,7 +190,8 @@ The name of the Secret with the credentials; empty when there is none.
 {{- end }}
 
 {{/*
-Reject value combinations that the schema cannot express; included by the Deployment.
+Reject value combinations that the schema cannot express; included by the workload
+(Deployment or StatefulSet).
 */}}
 {{- define "logstream.validate" -}}
 {{- if and .Values.keda.enabled .Values.autoscaling.enabled }}
@@ -167,6 +206,10 @@ Reject value combinations that the schema cannot express; included by the Deploy
 {{- $sink := get (include "logstream.serveConfig" . | fromYaml) "sink" | default dict }}
 {{- if and (eq (get $sink "kind") "alerts") (not (include "logstream.alertsConfig" .)) }}
 {{- fail "config.serve.sink.kind alerts needs alert routes: files/alerts.yaml or config.alerts." }}
+{{- end }}
+{{- $grace := include "logstream.shutdownGraceSeconds" . | int }}
+{{- if le (include "logstream.terminationGracePeriodSeconds" . | int) $grace }}
+{{- fail (printf "terminationGracePeriodSeconds (%s) must be longer than config.serve.shutdown_grace_seconds (%d): the kubelet would SIGKILL serve before it drains the outbox and commits. Leave it empty for %d." (include "logstream.terminationGracePeriodSeconds" .) $grace (add $grace 10)) }}
 {{- end }}
 {{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
 {{- fail "model.source initContainer needs model.initContainer.image.repository." }}
