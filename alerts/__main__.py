@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from logstream.alerts.config import AlertConfigError, load_config, parse_duration
 from logstream.alerts.delivery import DeliveryWorker
-from logstream.alerts.outbox import Outbox
+from logstream.alerts.outbox import Outbox, OutboxError
 from logstream.alerts.silences import parse_matchers, silence_for
 
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         sys.stdout.write(f"silenced {made.matchers} until {made.expires_at:.0f}\n")
         return 0
-    except (AlertConfigError, ValueError) as exc:
+    except (AlertConfigError, OutboxError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
 

@@ -7,22 +7,31 @@ or an unknown receiver fails at start with the field's path and the reason,
 never at 3 a.m. when the first alert fires.
 
 Secrets (webhook URLs, routing keys, header values) are written as `${ENV}`
-(also inside a longer string) or `file:/path/to/secret`; they are resolved
-here, held as `SecretStr` (masked in repr and logs) and only unwrapped when a
-request is sent. The outbox stores alerts, never rendered requests, so no
-secret reaches the database either.
+(also inside a longer string) or `file:/absolute/path` (one slash after the
+colon: a mounted secret file, read whole, at most 64 KiB, trailing whitespace
+stripped). `file://...` is a URL, not a secret reference, and is refused.
+Secrets are resolved here, held as `SecretStr` (masked in repr and logs) and
+only unwrapped when a request is sent. The outbox stores alerts, never
+rendered requests, so no secret reaches the database either.
+
+Receiver URLs must be http(s) with a host; PagerDuty's must be https (plain
+http only to a loopback address, for local mocks). Errors name the field and
+the reason, never the URL (it may hold a token).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -38,6 +47,7 @@ LABEL_NAMES = ("stream", "severity", "kind", "level", "template", "source", "mod
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_FILE_MAX_BYTES = 64 * 1024
 
 
 class AlertConfigError(ValueError):
@@ -76,11 +86,7 @@ def resolve_secret(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be a string, `${ENV_VAR}` or `file:/path`")
     if value.startswith("file:"):
-        path = Path(value[len("file:") :]).expanduser()
-        try:
-            return path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+        return _read_secret_file(value[len("file:") :])
 
     def env(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -91,8 +97,72 @@ def resolve_secret(value: Any) -> str:
     return _ENV_REF.sub(env, value)
 
 
+def _read_secret_file(ref: str) -> str:
+    """`file:/abs/path` -> the file's text. Refuses `file://` URLs, relative paths,
+    non-regular files (a FIFO or /dev/zero would block or never end) and big files."""
+    if ref.startswith("//"):
+        raise ValueError("file:// URLs are not secret references (write file:/absolute/path)")
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        raise ValueError(f"secret file must be an absolute path: {ref!r}")
+    try:
+        if not path.is_file():
+            raise ValueError(f"secret file {path} is not a regular file")
+        if path.stat().st_size > SECRET_FILE_MAX_BYTES:
+            raise ValueError(f"secret file {path} is larger than {SECRET_FILE_MAX_BYTES} bytes")
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"secret file {path} is not UTF-8 text") from None
+
+
+def _check_url(url: str, *, https_only: bool = False) -> None:
+    """http(s) with a host; `https_only` allows plain http to loopback only. The reason
+    names the scheme or the missing part, never the URL (it may carry a token)."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        raise ValueError("not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        shown = f"{parts.scheme!r}" if parts.scheme else "none"
+        raise ValueError(f"URL scheme {shown} is not allowed (use http or https)")
+    if not host:
+        raise ValueError("URL has no host")
+    if https_only and parts.scheme != "https" and not _loopback(host):
+        raise ValueError("URL must be https (plain http only to a loopback address)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _secret_url(value: SecretStr) -> SecretStr:
+    _check_url(value.get_secret_value())
+    return value
+
+
+def _http_url(value: str) -> str:
+    _check_url(value)
+    return value
+
+
+def _https_url(value: str) -> str:
+    _check_url(value, https_only=True)
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
+SecretURL = Annotated[SecretStr, BeforeValidator(resolve_secret), AfterValidator(_secret_url)]
+HttpURL = Annotated[str, AfterValidator(_http_url)]
+HttpsURL = Annotated[str, AfterValidator(_https_url)]
 
 
 class _Strict(BaseModel):
@@ -114,7 +184,7 @@ class _ChannelConfig(_Strict):
 class WebhookConfig(_ChannelConfig):
     """Generic JSON webhook; the body is Alertmanager's webhook payload (version 4)."""
 
-    url: Secret
+    url: SecretURL
     headers: dict[str, Secret] = {}
     send_resolved: bool = True
     external_url: str = ""
@@ -123,7 +193,7 @@ class WebhookConfig(_ChannelConfig):
 class SlackConfig(_ChannelConfig):
     """Slack incoming webhook (`api_url` is the hooks.slack.com URL, a secret)."""
 
-    api_url: Secret
+    api_url: SecretURL
     send_resolved: bool = False
 
 
@@ -131,14 +201,14 @@ class PagerDutyConfig(_ChannelConfig):
     """PagerDuty Events API v2; `routing_key` is the integration key (a secret)."""
 
     routing_key: Secret
-    url: str = "https://events.pagerduty.com/v2/enqueue"
+    url: HttpsURL = "https://events.pagerduty.com/v2/enqueue"
     send_resolved: bool = True
 
 
 class AlertmanagerConfig(_ChannelConfig):
     """An Alertmanager to hand alerts to: POST {url}/api/v2/alerts."""
 
-    url: str
+    url: HttpURL
     headers: dict[str, Secret] = {}
     send_resolved: bool = True
 
@@ -211,15 +281,35 @@ class Backoff(_Strict):
 
 
 class Delivery(_Strict):
-    """Outbox location and the retry policy shared by all channels."""
+    """Outbox location, the retry policy shared by all channels, and the worker's limits.
+
+    `min_retry_delay` floors every retry delay (a `Retry-After: 0` or a tiny
+    backoff never turns into a request storm). `shutdown_grace` is how long
+    closing the sink keeps delivering; keep it, plus serve's own shutdown
+    grace, under the pod's terminationGracePeriodSeconds. What is not
+    delivered by then stays in the outbox for the next process.
+    """
 
     outbox: str = "var/alerts-outbox.sqlite"
     backoff: Backoff = Backoff()
+    min_retry_delay: Duration = Field(default=1.0, ge=0)
     max_retry_after: Duration = Field(default=3600.0, gt=0)
     give_up_after: Duration = Field(default=86400.0, gt=0)
     concurrency: int = Field(default=8, gt=0)
     poll_interval: Duration = Field(default=0.5, gt=0)
     synchronous: Literal["full", "normal"] = "full"
+    shutdown_grace: Duration = Field(default=10.0, ge=0)
+    # how long an SQLite write waits for another writer's lock before it is an error
+    lock_timeout: Duration = Field(default=30.0, gt=0)
+    # delivered rows (and their attempts) are pruned after `retention`, dead letters after
+    # `dead_retention` (kept longer: someone may want to replay them)
+    retention: Duration = Field(default=7 * 86400.0, gt=0)
+    dead_retention: Duration = Field(default=30 * 86400.0, gt=0)
+    # a failed worker loop restarts after restart_delay, doubling per consecutive failure up
+    # to restart_delay_max; after `unhealthy_after` consecutive failures healthy() is False
+    restart_delay: Duration = Field(default=1.0, gt=0)
+    restart_delay_max: Duration = Field(default=60.0, gt=0)
+    unhealthy_after: int = Field(default=5, gt=0)
 
 
 class Global(_Strict):

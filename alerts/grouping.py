@@ -122,15 +122,22 @@ def absorb(
 
 
 def evaluate(
-    group: Group, now: float, resolve_timeout: float, silenced_until: float | None
+    group: Group,
+    now: float,
+    resolve_timeout: float,
+    silenced_until: float | None,
+    *,
+    early: bool = False,
 ) -> tuple[Group, str | None]:
-    """Advance a due group; returns the new state and "firing"/"resolved" when it notifies."""
+    """Advance a due group; returns the new state and "firing"/"resolved" when it notifies.
+
+    `early` cuts a pending group's `group_wait` short (shutdown: notify what we have)."""
     quiet_at = group.last_seen + resolve_timeout
     if group.state == "resolved":
         return replace(group, next_eval=NEVER), None
     if group.state == "firing" and now >= quiet_at:
         return _notified(replace(group, state="resolved"), now, NEVER), "resolved"
-    if group.state == "pending" and now < group.first_seen + group.timing.group_wait:
+    if group.state == "pending" and now < group.first_seen + group.timing.group_wait and not early:
         return replace(group, next_eval=group.first_seen + group.timing.group_wait), None
     changed = group.state == "pending" or (
         len(group.fingerprints) > group.notified_distinct

@@ -11,6 +11,11 @@ Delivery is at-least-once: a delivery is marked delivered only after the
 receiver said 2xx, so a crash between the two re-sends it with the same key.
 Deliveries for one (channel, dedup_key) go out in order (a resolve never
 overtakes its trigger).
+
+SQLite failures a caller can act on (a corrupt or locked file, a full disk)
+are raised as `OutboxError`, one line naming the file and the reason. A row
+that no longer decodes is set aside (dead-lettered or parked, with an error
+log line) so that it cannot stop the worker again and again.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +35,8 @@ import structlog
 from logstream.alerts.alert import Alert, shallow_dict
 from logstream.alerts.channels import channels
 from logstream.alerts.config import AlertsConfig, Silence
-from logstream.alerts.grouping import Group, absorb, evaluate
+from logstream.alerts.grouping import NEVER, Group, absorb, evaluate
+from logstream.alerts.metrics import OUTBOX_PRUNED
 from logstream.alerts.routing import Timing, anomaly_labels, group_key, route
 from logstream.alerts.silences import SilenceSet, silenced_by
 from logstream.records import Anomaly
@@ -82,6 +89,22 @@ CREATE INDEX IF NOT EXISTS attempts_delivery ON attempts (delivery_id, at);
 """
 
 FLUSH_BATCH = 1000  # groups evaluated per flush call
+_DUE = "next_eval <= ?"
+_EARLY = "(next_eval <= ? OR state = 'pending')"
+_BAD_ROW = (ValueError, KeyError, TypeError)  # what decoding a damaged JSON row raises
+
+
+class OutboxError(RuntimeError):
+    """The outbox database cannot be used (corrupt, locked, disk full ...); one line."""
+
+
+@contextmanager
+def _sqlite_errors(path: str | Path) -> Iterator[None]:
+    """sqlite3 errors -> OutboxError naming the file (no traceback for the operator)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise OutboxError(f"alert outbox {path}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,18 +167,24 @@ class Outbox:
         on_put: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        self.path = str(path)
         self.clock = clock
         self.on_put = on_put
         self._lock = threading.Lock()
         self._silences = SilenceSet(config.silences, config.silences_file)
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        timeout = config.delivery.lock_timeout
+        if self.path != ":memory:":
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutboxError(f"alert outbox {path}: cannot create its folder: {exc.strerror}") from None
         # Two connections, one lock: `put` commits at the configured durability (FULL:
         # fsync per put, what lets a source commit its offsets); the worker's own writes
         # (timers fired, outcomes) use NORMAL, since losing one to a power cut only means
         # a timer re-fires or a delivery is re-sent with the same idempotency key.
-        self._db = _connect(path, config.delivery.synchronous)
-        self._wdb = self._db if str(path) == ":memory:" else _connect(path, "normal")
+        with _sqlite_errors(path):
+            self._db = _connect(path, config.delivery.synchronous, timeout)
+            self._wdb = self._db if self.path == ":memory:" else _connect(path, "normal", timeout)
 
     # -- the sink side ---------------------------------------------------------------
 
@@ -164,7 +193,7 @@ class Outbox:
         if not anomalies:
             return
         now = self.clock()
-        with self._lock, self._transaction(self._db):
+        with _sqlite_errors(self.path), self._lock, self._transaction(self._db):
             touched: dict[str, Group] = {}
             for anomaly in anomalies:
                 labels = anomaly_labels(anomaly)
@@ -186,28 +215,37 @@ class Outbox:
 
     # -- grouping timers ------------------------------------------------------------
 
-    def flush(self, now: float | None = None) -> list[Alert]:
-        """Evaluate due groups; enqueue a delivery per channel for each notification made."""
+    def flush(self, now: float | None = None, *, early: bool = False) -> list[Alert]:
+        """Evaluate due groups; enqueue a delivery per channel for each notification made.
+
+        `early` (on shutdown) also notifies groups still inside `group_wait` now, rather
+        than leave them to a process that may never come (an emptyDir outbox)."""
         now = self.clock() if now is None else now
         silences = self._silences.current()
+        due = _EARLY if early else _DUE
         with self._lock:
-            if not self._wdb.execute("SELECT 1 FROM groups WHERE next_eval <= ?", (now,)).fetchone():
+            if not self._wdb.execute(f"SELECT 1 FROM groups WHERE {due}", (now,)).fetchone():
                 return []  # nothing due: no write transaction
-            return self._flush(now, silences)
+            return self._flush(now, silences, early)
 
-    def _flush(self, now: float, silences: list[Silence]) -> list[Alert]:
+    def _flush(self, now: float, silences: list[Silence], early: bool) -> list[Alert]:
         resolve_timeout = self.config.global_.resolve_timeout
         made: list[Alert] = []
         with self._transaction(self._wdb):
             rows = self._wdb.execute(
-                "SELECT data FROM groups WHERE next_eval <= ? ORDER BY next_eval LIMIT ?",
+                f"SELECT key, data FROM groups WHERE {_EARLY if early else _DUE} ORDER BY next_eval LIMIT ?",
                 (now, FLUSH_BATCH),
             ).fetchall()
-            for (data,) in rows:
-                group = _load_group(data)
+            for key, data in rows:
+                try:
+                    group = _load_group(data)
+                except _BAD_ROW as exc:  # park it: re-reading it every flush would stop the worker
+                    log.error("alert_group_unreadable", group=key, error=type(exc).__name__)
+                    self._wdb.execute("UPDATE groups SET next_eval = ? WHERE key = ?", (NEVER, key))
+                    continue
                 silence = silenced_by(silences, group.labels, now)
                 until = silence.expires_at if silence is not None else None
-                group, status = evaluate(group, now, resolve_timeout, until)
+                group, status = evaluate(group, now, resolve_timeout, until, early=early)
                 self._wdb.execute(
                     "UPDATE groups SET state = ?, next_eval = ?, data = ? WHERE key = ?",
                     (group.state, group.next_eval, _dump_group(group), group.key),
@@ -253,12 +291,31 @@ class Outbox:
                 " ORDER BY d.next_attempt_at, d.id LIMIT ?",
                 (now, limit + len(busy)),
             ).fetchall()
-        out = [
-            Delivery(id=r[0], idem_key=r[1], channel=r[2], alert=Alert.from_json(r[3]),
-                     attempts=r[4], created_at=r[5])
-            for r in rows if r[0] not in busy
-        ]  # fmt: skip
+        out: list[Delivery] = []
+        for r in rows:
+            if r[0] in busy:
+                continue
+            try:
+                alert = Alert.from_json(r[3])
+            except _BAD_ROW as exc:
+                self._set_aside(r[0], r[1], r[2], r[3], r[4], type(exc).__name__, now)
+                continue
+            out.append(Delivery(id=r[0], idem_key=r[1], channel=r[2], alert=alert,
+                                attempts=r[4], created_at=r[5]))  # fmt: skip
         return out[:limit]
+
+    def _set_aside(
+        self, id_: int, idem_key: str, channel: str, raw: str, attempts: int, error: str, now: float
+    ) -> None:
+        """Dead-letter a delivery whose stored alert does not decode (it could never be sent)."""
+        log.error("alert_row_unreadable", channel=channel, idempotency_key=idem_key, error=error)
+        with self._lock, self._transaction(self._wdb):
+            self._wdb.execute(
+                "INSERT INTO dead_letters (idem_key, channel, alert, attempts, status_code,"
+                " reason, failed_at) VALUES (?, ?, ?, ?, NULL, ?, ?)",
+                (idem_key, channel, raw, attempts, f"unreadable outbox row: {error}", now),
+            )
+            self._wdb.execute("DELETE FROM deliveries WHERE id = ?", (id_,))
 
     def settle(self, outcomes: Sequence[Outcome]) -> None:
         """Record a batch of attempt outcomes in one transaction."""
@@ -307,16 +364,51 @@ class Outbox:
                 (now, now),
             )
 
+    def prune(self, now: float) -> int:
+        """Delete delivered rows older than `retention` and dead letters older than
+        `dead_retention`, with their attempts; returns how many rows went."""
+        policy = self.config.delivery
+        delivered_before, dead_before = now - policy.retention, now - policy.dead_retention
+        with self._lock, self._transaction(self._wdb):
+            self._wdb.execute(
+                "DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries"
+                " WHERE state = 'delivered' AND delivered_at < ?)",
+                (delivered_before,),
+            )
+            delivered = self._wdb.execute(
+                "DELETE FROM deliveries WHERE state = 'delivered' AND delivered_at < ?",
+                (delivered_before,),
+            ).rowcount
+            dead = self._wdb.execute("DELETE FROM dead_letters WHERE failed_at < ?", (dead_before,)).rowcount
+            # attempts of dead-lettered deliveries (their delivery row is gone already)
+            self._wdb.execute(
+                "DELETE FROM attempts WHERE at < ? AND delivery_id NOT IN (SELECT id FROM deliveries)",
+                (dead_before,),
+            )
+        OUTBOX_PRUNED.labels("delivered").inc(delivered)
+        OUTBOX_PRUNED.labels("dead").inc(dead)
+        return delivered + dead
+
+    def next_attempt(self) -> float | None:
+        """Earliest moment a pending delivery falls due (group timers not included)."""
+        with self._lock:
+            return self._wdb.execute(
+                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'"
+            ).fetchone()[0]
+
     def next_eval(self) -> float | None:
         """Earliest group timer (a first notification, repeat or resolve)."""
         with self._lock:
             return self._wdb.execute("SELECT MIN(next_eval) FROM groups").fetchone()[0]
 
-    def next_due(self) -> float | None:
-        """Earliest time anything (a group timer or a delivery) becomes due."""
+    def next_due(self, after: float = float("-inf")) -> float | None:
+        """Earliest time anything (a group timer or a delivery) becomes due; deliveries due
+        at or before `after` are left out (after a claim those are in flight or blocked
+        behind one, and only a finished send, which wakes the worker, can free them)."""
         with self._lock:
             b = self._wdb.execute(
-                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'"
+                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending' AND next_attempt_at > ?",
+                (after,),
             ).fetchone()[0]
         times = [t for t in (self.next_eval(), b) if t is not None]
         return min(times) if times else None
@@ -374,8 +466,8 @@ class _Transaction:
         self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
 
 
-def _connect(path: str | Path, synchronous: str) -> sqlite3.Connection:
-    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+def _connect(path: str | Path, synchronous: str, timeout: float) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=timeout)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous.upper()}")
     db.executescript(SCHEMA)

@@ -3,6 +3,8 @@
 - `open_alert_sink(routes)` is the `AnomalySink` that serve and the Kafka
   consumer hand anomalies to: `put` commits them into the outbox (so offsets
   may be committed after it returns) and a background worker delivers.
+  `close()` (the SIGTERM path) notifies groups still inside `group_wait` and
+  keeps delivering for a grace period; what is left stays in the outbox.
 - `run_replay_alerts(anomalies, routes, deliver=...)` shows what on-call
   would have received: grouping runs on event time (each anomaly's
   `detected_at`), timers fire at the moments they would have, and every group
@@ -16,12 +18,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import structlog
+
 from logstream.alerts.alert import Alert, rfc3339
 from logstream.alerts.config import AlertsConfig, load_config
 from logstream.alerts.delivery import BackgroundDelivery, DeliveryWorker
 from logstream.alerts.grouping import NEVER
-from logstream.alerts.outbox import Outbox, channel_names
+from logstream.alerts.outbox import Outbox, OutboxError, channel_names
 from logstream.records import Anomaly
+
+log = structlog.get_logger(__name__)
 
 MAX_REPLAY_STEPS = 1_000_000  # timer evaluations after the last anomaly (bounded loop)
 
@@ -49,14 +55,32 @@ class AlertSink:
         """Durable when it returns: the anomalies are folded into committed groups."""
         self.outbox.put(anomalies)
 
-    def close(self) -> None:
+    def healthy(self) -> bool:
+        """False once the delivery worker is dead or keeps failing (see BackgroundDelivery)."""
+        return self._background is None or self._background.healthy()
+
+    def close(self, grace: float | None = None) -> None:
+        """Shut down without dropping alerts: notify the groups still in `group_wait` now,
+        deliver for up to `grace` seconds (default `delivery.shutdown_grace`), then close.
+        Anything not delivered by then is durable in the outbox for the next process."""
+        grace = self.outbox.config.delivery.shutdown_grace if grace is None else grace
+        try:
+            made = self.outbox.flush(self.outbox.clock(), early=True)
+            if made:
+                log.info("alerts_flushed_on_close", notifications=len(made))
+        except OutboxError as exc:  # the groups stay durable; report it, still close
+            log.error("alerts_flush_on_close_failed", error=str(exc))
         if self._background is not None:
-            self._background.stop()
+            self._background.stop(grace)
+        pending = self.outbox.pending()
+        if pending:
+            log.warning("alerts_pending_at_close", pending=pending, outbox=self.outbox.path)
         self.outbox.close()
 
 
 def open_alert_sink(routes: str | Path, *, deliver: bool = True) -> AlertSink:
-    """Load a routes file (AlertConfigError on any problem) and open its outbox."""
+    """Load a routes file (AlertConfigError on any problem) and open its outbox
+    (OutboxError when the database is corrupt, locked or cannot be created)."""
     return AlertSink(load_config(routes), deliver=deliver)
 
 
