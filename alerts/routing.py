@@ -40,20 +40,29 @@ class Match:
     timing: Timing
 
 
+def template_label(anomaly: Anomaly) -> str:
+    """A short hash of the template text (else the line with digits masked).
+
+    Never the miner's `template_id`: group keys, fingerprints and dedup keys are built
+    from this label, and they must mean the same template in every process (miner ids
+    restarted from 1 per process, so a new incident could fold into an old one)."""
+    text = anomaly.template or _DIGITS.sub("0", anomaly.line)
+    return template_hash(text)
+
+
+def template_hash(text: str) -> str:
+    """sha256 of the text, 12 hex digits: stable across processes and Python hash seeds."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
 def anomaly_labels(anomaly: Anomaly) -> dict[str, str]:
-    """The labels routes and silences see. `template` is the miner's id when there is one,
-    else a short hash of the template (or the line with digits masked)."""
-    if anomaly.template_id is not None:
-        template = str(anomaly.template_id)
-    else:
-        text = anomaly.template or _DIGITS.sub("0", anomaly.line)
-        template = hashlib.sha256(text.encode()).hexdigest()[:12]
+    """The labels routes and silences see (`template`: see `template_label`)."""
     return {
         "stream": anomaly.stream,
         "severity": anomaly.severity,
         "kind": anomaly.kind,
         "level": anomaly.level or "",
-        "template": template,
+        "template": template_label(anomaly),
         "source": anomaly.source,
         "model_id": anomaly.model_id,
     }

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from logstream.alerts.routing import template_hash
 from logstream.records import Anomaly
 
 
@@ -23,6 +24,16 @@ class FakeClock:
         self.now += seconds
 
 
+def template_text(template_id: int) -> str:
+    """The template text of test template `template_id` (grouping keys on the text)."""
+    return f"ERROR disk <PATH> failed with <*> (case {template_id})"
+
+
+def template_label(template_id: int) -> str:
+    """The `template` label alerts carry for test template `template_id`."""
+    return template_hash(template_text(template_id))
+
+
 def anomaly(
     stream: str = "prod-api",
     template_id: int = 7,
@@ -31,6 +42,7 @@ def anomaly(
     score: float = 9.0,
     detected_at: float = 0.0,
 ) -> Anomaly:
+    """An anomaly of test template `template_id` (distinct ids: distinct template texts)."""
     return Anomaly(
         stream=stream,
         line=line,
@@ -40,7 +52,7 @@ def anomaly(
         severity=severity,
         level="error",
         template_id=template_id,
-        template="ERROR disk <PATH> failed with <*>",
+        template=template_text(template_id),
         top_tokens=(("failed", 8.5), ("sda1", 6.0)),
         source="test",
         offset=1,
@@ -63,6 +75,7 @@ def write_routes(tmp_path: Path, receivers: list[dict[str, Any]], **top: Any) ->
         "delivery": {
             "outbox": str(tmp_path / "outbox.sqlite"),
             "backoff": {"base": "20ms", "factor": 2, "max": "200ms", "jitter": 0.5},
+            "min_retry_delay": "10ms",  # the backoff's own floor (20ms x (1 - jitter))
             "poll_interval": "20ms",
             "synchronous": "normal",
         },

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alerts_support import FakeClock, anomaly, webhook, write_routes
+from alerts_support import FakeClock, anomaly, template_label, webhook, write_routes
 from http_receivers import Receiver
 
 from logstream.alerts.__main__ import main as alerts_cli
@@ -172,6 +172,7 @@ def test_routes_send_matches_to_their_receivers(tmp_path: Path) -> None:
         def templates(r: Receiver) -> set[str]:
             return {b["commonLabels"]["template"] for b in _bodies(r)}
 
-        assert templates(pager) == {"1"}
-        assert templates(team) == {"1", "2"}
-        assert templates(default) == {"3", "4"}
+        label = template_label
+        assert templates(pager) == {label(1)}
+        assert templates(team) == {label(1), label(2)}
+        assert templates(default) == {label(3), label(4)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from alerts_support import anomaly, webhook, write_routes
+from alerts_support import anomaly, template_label, webhook, write_routes
 from http_receivers import Receiver
 
 from logstream.alerts.config import load_config
@@ -57,4 +57,7 @@ def test_alert_sink_delivers_in_the_background(tmp_path: Path) -> None:
         arrived = receiver.wait_for(lambda r: len(r.ok()) == 2, timeout=20)
         sink.close()
     assert arrived
-    assert {r.body["commonLabels"]["template"] for r in receiver.ok()} == {"1", "2"}
+    assert {r.body["commonLabels"]["template"] for r in receiver.ok()} == {
+        template_label(1),
+        template_label(2),
+    }
