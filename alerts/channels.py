@@ -11,6 +11,11 @@
 
 Every request carries an `Idempotency-Key` header; receivers that honour it
 can drop the duplicates that at-least-once delivery implies.
+
+Slack parses `&`, `<` and `>` in mrkdwn (and in the fallback `text`) as
+control sequences: `<!channel>` pings everyone, `<https://x|label>` is a
+disguised link. Log-derived text is attacker-controlled, so every such field
+is escaped as Slack documents (https://api.slack.com/reference/surfaces/formatting#escaping).
 """
 
 from __future__ import annotations
@@ -123,26 +128,44 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def slack_escape(text: str) -> str:
+    """Slack's escaping for mrkdwn and `text`: `&` first, then `<` and `>`."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut_escaped(text: str, limit: int) -> str:
+    """Escape, then cut to `limit` characters without splitting an entity like `&lt;`."""
+    escaped = slack_escape(text)
+    if len(escaped) <= limit:
+        return escaped
+    cut = escaped[: limit - 1]
+    amp = cut.rfind("&", max(0, len(cut) - 4))
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + "…"
+
+
 def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
     icon = ":white_check_mark:" if alert.status == "resolved" else ":rotating_light:"
     title = f"{alert.severity.upper()} log anomaly on {alert.stream}"
     if alert.status == "resolved":
         title = f"RESOLVED: {title}"
-    lines = f"first: {alert.first_line}\nlast:  {alert.last_line}"
+    lines = f"first: {alert.first_line}\nlast:  {alert.last_line}".replace("```", "'''")
     # the code block's fences take 6 of the section's characters
-    code = "```" + _cut(lines, SLACK_SECTION_CHARS - 6).replace("```", "'''") + "```"
-    tokens = ", ".join(f"`{t}` {s:.1f}" for t, s in alert.top_tokens) or "n/a"
+    code = "```" + _cut_escaped(lines, SLACK_SECTION_CHARS - 6) + "```"
+    tokens = ", ".join(f"`{t.replace('`', chr(39))}` {s:.1f}" for t, s in alert.top_tokens) or "n/a"
+    # plain_text is shown as is (no links, no mentions): not escaped, or "&lt;" would show
     header = {"type": "plain_text", "text": _cut(title, SLACK_HEADER_CHARS)}
     score = f"{alert.max_score:.2f} (threshold {alert.threshold:.2f})"
     fields = [
         f"*Count*\n{alert.count}",
         f"*Max score*\n{score}",
         f"*Since*\n{rfc3339(alert.first_seen)}",
-        f"*Model*\n{alert.model_id or 'n/a'}",
+        f"*Model*\n{slack_escape(alert.model_id) or 'n/a'}",
     ]
-    context = _cut(f"Most surprising tokens: {tokens}", SLACK_SECTION_CHARS)
+    context = _cut_escaped(f"Most surprising tokens: {tokens}", SLACK_SECTION_CHARS)
     body = {
-        "text": f"{icon} {alert.summary}",
+        "text": f"{icon} {slack_escape(alert.summary)}",
         "blocks": [
             {"type": "header", "text": header},
             {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},

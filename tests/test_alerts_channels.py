@@ -3,10 +3,11 @@ documents (PagerDuty Events v2, Alertmanager API v2, Slack incoming webhooks, we
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from alerts_support import FakeClock, anomaly, write_routes
+from alerts_support import FakeClock, anomaly, template_label, write_routes
 from http_receivers import Receiver
 
 from logstream.alerts.config import load_config
@@ -82,6 +83,29 @@ def test_generic_webhook_is_alertmanager_webhook_v4(tmp_path: Path) -> None:
     firing, resolved = (r.body for r in requests)
     assert firing["version"] == "4" and firing["receiver"] == "hook"
     assert (firing["status"], resolved["status"]) == ("firing", "resolved")
-    assert firing["groupLabels"] == {"stream": "prod-api", "template": "7"}
+    assert firing["groupLabels"] == {"stream": "prod-api", "template": template_label(7)}
     assert firing["alerts"][0]["annotations"]["count"] == "2"
     assert len({r.key for r in requests}) == 2 and all(r.key for r in requests)
+
+
+def test_slack_text_from_logs_is_escaped(tmp_path: Path) -> None:
+    """`<!channel>`, `<!here>` and `<https://evil|Reset>` in a log line, a token or the model
+    id reach Slack escaped (`&lt;` `&gt;` `&amp;`) in every mrkdwn field and the fallback text."""
+    hostile = "ERROR <!channel> <!here> <https://evil.example|Reset your password> & more"
+    clock = FakeClock()
+    with Receiver() as slack:
+        doc = {"name": "slack", "slack_configs": [{"api_url": slack.url + "/services/T/B/X"}]}
+        config = load_config(write_routes(tmp_path, [doc]))
+        outbox = Outbox(config.delivery.outbox, config, clock=clock)
+        bad = replace(anomaly(line=hostile), top_tokens=(("<!here>", 9.0),), model_id="<!channel>")
+        outbox.put([bad])
+        assert drain(outbox, timeout=10, clock=clock) == 0
+        (message,) = (r.body for r in slack.ok())
+    header, fields, code, context = message["blocks"]
+    mrkdwn = [message["text"], code["text"]["text"], *(f["text"] for f in fields["fields"])]
+    mrkdwn += [e["text"] for e in context["elements"]]
+    assert all("<" not in text and ">" not in text for text in mrkdwn)
+    assert "&lt;!channel&gt; &lt;!here&gt; &lt;https://evil.example|Reset" in code["text"]["text"]
+    assert "&amp; more" in code["text"]["text"] and "&lt;!channel&gt;" in message["text"]
+    assert "&lt;!here&gt;" in context["elements"][0]["text"]
+    assert header["text"]["type"] == "plain_text"  # shown verbatim by Slack: no links, no mentions
