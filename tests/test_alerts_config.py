@@ -108,3 +108,52 @@ def test_cli_check_reports_errors_in_one_line_with_exit_2(
 def test_durations_parse_alertmanager_style() -> None:
     """'500ms', '1h30m', '1d' and plain numbers are seconds."""
     assert [parse_duration(v) for v in ("500ms", "1h30m", "1d", 45)] == [0.5, 5400.0, 86400.0, 45.0]
+
+
+def test_receiver_url_must_be_http_or_https(tmp_path: Path) -> None:
+    """A `gopher://` webhook URL fails at load naming the field and the scheme."""
+    path = _edited(tmp_path, {"receivers": [webhook("team", "gopher://127.0.0.1:70")]})
+    with pytest.raises(
+        AlertConfigError,
+        match=r"receivers\[0\]\.webhook_configs\[0\]\.url: URL scheme 'gopher' is not allowed",
+    ):
+        load_config(path)
+
+
+def test_pagerduty_url_must_be_https(tmp_path: Path) -> None:
+    """PagerDuty over plain http to a remote host is refused (routing keys travel in the body)."""
+    pd = {"name": "pd", "pagerduty_configs": [{"routing_key": "K", "url": "http://events.example.com/x"}]}
+    path = _edited(tmp_path, {"route": {"receiver": "pd"}, "receivers": [pd]})
+    with pytest.raises(AlertConfigError, match=r"pagerduty_configs\[0\]\.url: URL must be https"):
+        load_config(path)
+
+
+def test_file_url_is_not_a_secret_reference(tmp_path: Path) -> None:
+    """`file:///etc/passwd` as a URL is refused as a file:// URL; the file is not read
+    (its contents appear nowhere in the error)."""
+    path = _edited(
+        tmp_path, {"receivers": [{"name": "team", "webhook_configs": [{"url": "file:///etc/passwd"}]}]}
+    )
+    with pytest.raises(AlertConfigError, match="file:// URLs are not secret references") as raised:
+        load_config(path)
+    assert "root:" not in str(raised.value)
+
+
+def test_secret_file_contents_never_reach_the_error(tmp_path: Path) -> None:
+    """`file:/path` (the documented mechanism) holding something that is not a URL: the
+    error names the field and the reason, not the file's text."""
+    secret = tmp_path / "hook-url"
+    secret.write_text("gopher://hidden-T0KEN@example.com\n")
+    path = _edited(
+        tmp_path, {"receivers": [{"name": "team", "webhook_configs": [{"url": f"file:{secret}"}]}]}
+    )
+    with pytest.raises(AlertConfigError, match=r"webhook_configs\[0\]\.url: URL scheme 'gopher'") as raised:
+        load_config(path)
+    assert "T0KEN" not in str(raised.value)
+
+
+def test_secret_file_must_be_an_absolute_regular_file(tmp_path: Path) -> None:
+    """A relative `file:` path is refused (it would depend on the working directory)."""
+    path = _edited(tmp_path, {"receivers": [{"name": "team", "webhook_configs": [{"url": "file:hook-url"}]}]})
+    with pytest.raises(AlertConfigError, match="secret file must be an absolute path"):
+        load_config(path)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alerts_support import FakeClock, anomaly, template_label, webhook, write_routes
 from http_receivers import Action, Received, Receiver, Reply
 
 from logstream.alerts.config import load_config
-from logstream.alerts.outbox import Outbox, idempotency_key
+from logstream.alerts.outbox import Outbox, OutboxError, idempotency_key
 from logstream.alerts.pipeline import drain
 
 PUT_THEN_DIE = """
@@ -76,3 +78,76 @@ def test_resolve_never_overtakes_a_retried_trigger(tmp_path: Path) -> None:
         assert drain(outbox, timeout=20, clock=clock) == 0
         statuses = [r.body["status"] for r in receiver.requests]
     assert statuses == ["firing", "firing", "firing", "resolved"]
+
+
+def _rows(path: Path, sql: str) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute(sql).fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_worker_prunes_delivered_rows_after_retention(tmp_path: Path) -> None:
+    """Delivered rows (and their attempts) older than `retention` are deleted by the worker;
+    a dead letter is kept until the longer `dead_retention`."""
+    clock = FakeClock()
+
+    def reject_template_2(request: Received, _nth: int) -> Action:
+        return Reply(400) if request.body["commonLabels"]["template"] == template_label(2) else Reply()
+
+    with Receiver(reject_template_2) as receiver:
+        quiet = {
+            "route": {"repeat_interval": "30d"},
+            "global": {"resolve_timeout": "30d"},
+        }  # no new notifications
+        delivery = {"retention": "1d", "dead_retention": "3d"}
+        config = load_config(
+            write_routes(tmp_path, [webhook("team", receiver.url)], delivery=delivery, **quiet)
+        )
+        outbox = Outbox(config.delivery.outbox, config, clock=clock)
+        outbox.put([anomaly(template_id=1), anomaly(template_id=2)])
+        assert drain(outbox, timeout=30, clock=clock) == 0
+        db = tmp_path / "outbox.sqlite"
+        assert _rows(db, "SELECT COUNT(*) FROM deliveries") == 1 and len(outbox.dead_letters()) == 1
+        clock.advance(86400 + 1)
+        assert drain(outbox, timeout=30, clock=clock) == 0  # a fresh worker prunes at once
+        pruned_delivered = _rows(db, "SELECT COUNT(*) FROM deliveries")
+        dead_kept = len(outbox.dead_letters())
+        clock.advance(2 * 86400)
+        assert drain(outbox, timeout=30, clock=clock) == 0
+    assert pruned_delivered == 0 and dead_kept == 1
+    assert outbox.dead_letters() == [] and _rows(db, "SELECT COUNT(*) FROM attempts") == 0
+    assert outbox.flush() == [] and _rows(db, "SELECT COUNT(*) FROM groups") == 2  # incidents kept
+
+
+def test_corrupt_outbox_is_one_error_line(tmp_path: Path) -> None:
+    """An outbox file that is not a database: `deliver` exits 2 with one line naming the
+    file, no traceback."""
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
+    (tmp_path / "outbox.sqlite").write_bytes(b"this is not an SQLite database\n" * 200)
+    cmd = [sys.executable, "-m", "logstream.alerts", "deliver", "--routes", str(routes), "--until-idle"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: alert outbox {tmp_path / 'outbox.sqlite'}: file is not a database")
+
+
+def test_locked_outbox_put_raises_outbox_error(tmp_path: Path) -> None:
+    """`put` while another connection holds the write lock past `lock_timeout` raises
+    OutboxError (what serve reports) naming the file and the reason."""
+    routes = write_routes(
+        tmp_path, [webhook("team", "http://127.0.0.1:9")], delivery={"lock_timeout": "100ms"}
+    )
+    config = load_config(routes)
+    outbox = Outbox(config.delivery.outbox, config)
+    holder = sqlite3.connect(config.delivery.outbox, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(OutboxError, match=r"alert outbox .*outbox\.sqlite: database is locked"):
+            outbox.put([anomaly()])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    outbox.put([anomaly()])  # usable again once the lock is gone
+    assert len(outbox.flush()) == 1
