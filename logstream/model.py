@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from logstream.tokenizer import LineTokenizer
@@ -84,8 +85,11 @@ def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenize
         raise ModelDirError(f"{directory} is not a logstream model directory: no {META_FILE}")
     try:
         meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ModelDirError(f"{meta_path} is damaged: {exc}") from None
+    from logstream.metadata import validate_meta  # here: logstream.metadata imports this module
+
+    meta = validate_meta(meta, str(meta_path))
     if not any(directory.glob("*.safetensors")):
         raise ModelDirError(f"{directory} has no .safetensors weights (pickle files are never loaded)")
     try:
@@ -105,7 +109,7 @@ def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenize
         tokenizer = LineTokenizer.load(directory)
     except ModelDirError:
         raise
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError, json.JSONDecodeError, SafetensorError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelDirError(f"{directory} could not be loaded: {first_line}") from None
     model.eval()

@@ -1,0 +1,132 @@
+"""The schema of a model directory's `logstream.json`, with bounds.
+
+`logstream.json` comes from a directory that someone else may have written or damaged, so
+it is checked before any of it is used: a missing key, a wrong type, a regex that does not
+compile or a window that would allocate terabytes is a `ModelDirError` naming the field and
+the reason, never a traceback or an allocation. Types are strict (JSON `64.0`, `true` or
+`"64"` is not a window). Unknown keys are kept: newer writers may add fields, and an older
+reader only checks the ones it uses.
+
+The calibration's inner fields belong to `Calibration.from_json`; it is called here, and its
+ValueError, TypeError or KeyError becomes a ModelDirError too.
+
+Trade-off: mask rules run on Python's `re` (they use lookbehinds that RE2 lacks), and the
+default rules themselves repeat groups, so a nested-quantifier check would refuse them. A
+mask rule is only checked to compile; a model directory is trusted not to hold a
+catastrophically backtracking pattern beyond that.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from logstream.model import META_VERSION, PRESETS, ModelDirError
+from logstream.scoring import Calibration
+
+# Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim
+# floats up front, so the bound is what keeps a bad file from asking for terabytes.
+MAX_WINDOW = 65536
+# The sink prefix is prefilled in one forward pass (attention quadratic in its length).
+MAX_SINK_TOKENS = 8192
+MAX_MASK_RULES = 256
+MAX_PATTERN_CHARS = 4096
+MAX_PROMPT_LINES = 4096
+
+
+class MaskRuleMeta(BaseModel):
+    """One masking rule; exactly the fields of `logstream.normalize.MaskRule`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: StrictStr
+    pattern: Annotated[StrictStr, Field(max_length=MAX_PATTERN_CHARS)]
+    replacement: StrictStr
+
+    @model_validator(mode="after")
+    def _compiles(self) -> MaskRuleMeta:
+        try:
+            compiled = re.compile(self.pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ValueError(f"pattern is not a valid regex: {exc}") from None
+        try:
+            compiled.sub(self.replacement, "")  # parses the replacement: \\ escapes, group references
+        except (re.error, IndexError) as exc:
+            raise ValueError(f"replacement is not valid for its pattern: {exc}") from None
+        return self
+
+
+class ModelMeta(BaseModel):
+    """The fields of logstream.json that loading and scoring read; other keys are allowed."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    version: Annotated[StrictInt, Field(ge=1)]
+    preset: StrictStr
+    window: Annotated[StrictInt, Field(ge=1, le=MAX_WINDOW)]
+    sink_tokens: Annotated[StrictInt, Field(ge=1, le=MAX_SINK_TOKENS)]
+    mask_rules: Annotated[list[MaskRuleMeta], Field(max_length=MAX_MASK_RULES)]
+    pattern_prompt: Annotated[list[StrictStr], Field(max_length=MAX_PROMPT_LINES)]
+    calibration: dict[StrictStr, Any]
+    data_sha256: StrictStr = ""
+    model_id: StrictStr = ""
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version > META_VERSION:
+            raise ValueError(f"{version} is newer than this logstream reads (up to {META_VERSION})")
+        return version
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str) -> str:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown {preset!r}; expected one of {sorted(PRESETS)}")
+        return preset
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration_loads(cls, calibration: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Calibration.from_json(calibration)
+        except (ValueError, TypeError, KeyError) as exc:  # KeyError: a missing inner field
+            raise ValueError(f"not a calibration: {_one_line(exc)}") from None
+        return calibration
+
+
+def validate_meta(meta: Any, source: str = "logstream.json") -> dict[str, Any]:
+    """`meta` itself (unchanged, extra keys kept) if it is a usable logstream.json.
+
+    Raises ModelDirError with one line: `<source>: <field>: <reason>`.
+    """
+    if not isinstance(meta, dict):
+        raise ModelDirError(f"{source}: expected a JSON object, got {type(meta).__name__}")
+    try:
+        ModelMeta.model_validate(meta)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        reason = error["msg"].removeprefix("Value error, ")
+        more = exc.error_count() - 1
+        suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise ModelDirError(f"{source}: {field}: {_one_line(reason)}{suffix}") from None
+    except RecursionError:
+        raise ModelDirError(f"{source}: nested too deeply") from None
+    return meta
+
+
+def _one_line(message: object) -> str:
+    lines = str(message).strip().splitlines()
+    return lines[0] if lines else type(message).__name__
