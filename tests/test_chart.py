@@ -450,12 +450,32 @@ def test_termination_grace_outlasts_the_shutdown_grace(helm: str, persistence: b
     assert pod["terminationGracePeriodSeconds"] > 45
 
 
-@pytest.mark.parametrize("grace", [20, 5])
-def test_termination_grace_not_above_the_shutdown_grace_fails(helm: str, grace: int) -> None:
-    """A terminationGracePeriodSeconds that would SIGKILL serve before its own grace is refused."""
-    result = _run(_template_args(helm, [], [f"terminationGracePeriodSeconds={grace}"]))
+@pytest.mark.parametrize(
+    ("drain", "seconds"), [(None, 10), ("0", 0), ("1m30s", 90), ("500ms", 1), ("2.5s", 3)]
+)
+def test_termination_grace_outlasts_the_alert_drain_too(helm: str, drain: str | None, seconds: int) -> None:
+    """With the alerts sink, serve's grace is followed by the outbox drain (delivery.shutdown_grace,
+    default 10 s, any duration syntax): the default terminationGracePeriodSeconds covers both."""
+    sets = ["config.serve.sink.kind=alerts", "config.serve.shutdown_grace_seconds=45"]
+    if drain is not None:
+        sets.append(f"config.alerts.delivery.shutdown_grace={drain}")
+    pod = workload(render(helm, sets=sets))["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 45 + seconds + 10
+
+
+@pytest.mark.parametrize(
+    ("sets", "grace"),
+    [
+        (["terminationGracePeriodSeconds=20"], 20),
+        (["terminationGracePeriodSeconds=5"], 20),
+        (["terminationGracePeriodSeconds=30", "config.serve.sink.kind=alerts"], 30),
+    ],
+)
+def test_termination_grace_not_above_the_shutdown_grace_fails(helm: str, sets: list[str], grace: int) -> None:
+    """A terminationGracePeriodSeconds that would SIGKILL serve before its own graces is refused."""
+    result = _run(_template_args(helm, [], sets))
     assert result.returncode != 0
-    assert "must be longer than config.serve.shutdown_grace_seconds (20)" in result.stderr
+    assert f"must be longer than serve's shutdown grace, {grace} s" in result.stderr
 
 
 def test_gpu_values_request_a_gpu_on_gpu_nodes(helm: str) -> None:

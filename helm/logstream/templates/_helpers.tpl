@@ -149,17 +149,43 @@ else a Deployment. The HPA and the KEDA ScaledObject target it.
 {{- end }}
 
 {{/*
-The config's shutdown_grace_seconds, rounded up to whole seconds: the time serve takes on
-SIGTERM to finish the batch, flush due alert groups, drain deliveries and commit.
+A duration of the alerts config (a number of seconds, or "500ms", "30s", "5m", "1h30m", "1d",
+as alerts/config.py parse_duration reads it) in whole seconds, rounded up.
 */}}
-{{- define "logstream.shutdownGraceSeconds" -}}
-{{- $config := include "logstream.serveConfig" . | fromYaml }}
-{{- get $config "shutdown_grace_seconds" | default 20 | ceil | int }}
+{{- define "logstream.durationSeconds" -}}
+{{- if kindIs "string" . }}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h|d)" . -1 }}
+{{- $unit := regexFind "(ms|s|m|h|d)$" . }}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $units $unit)) }}
+{{- end }}
+{{- $total | ceil | int }}
+{{- else }}
+{{- . | default 0 | ceil | int }}
+{{- end }}
 {{- end }}
 
 {{/*
-The pod's terminationGracePeriodSeconds: the value, or the shutdown grace + 10 s, so that
-serve's own grace always runs out before the kubelet's SIGKILL.
+How long serve may take after SIGTERM, in whole seconds: its shutdown_grace_seconds (finish the
+batch, commit, leave the group), then, with the alerts sink, the alert pipeline's
+delivery.shutdown_grace (notify groups still in group_wait, drain deliveries; default 10 s).
+*/}}
+{{- define "logstream.shutdownGraceSeconds" -}}
+{{- $config := include "logstream.serveConfig" . | fromYaml }}
+{{- $grace := get $config "shutdown_grace_seconds" | default 20 | ceil | int }}
+{{- $sink := get $config "sink" | default dict }}
+{{- if eq (get $sink "kind") "alerts" }}
+{{- $delivery := get (include "logstream.alertsConfig" . | fromYaml) "delivery" | default dict }}
+{{- $drain := hasKey $delivery "shutdown_grace" | ternary (get $delivery "shutdown_grace") 10 }}
+{{- $grace = add $grace (include "logstream.durationSeconds" $drain | int) }}
+{{- end }}
+{{- $grace }}
+{{- end }}
+
+{{/*
+The pod's terminationGracePeriodSeconds: the value, or serve's whole shutdown grace + 10 s,
+so that serve's own graces always run out before the kubelet's SIGKILL.
 */}}
 {{- define "logstream.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
@@ -209,7 +235,7 @@ Reject value combinations that the schema cannot express; included by the worklo
 {{- end }}
 {{- $grace := include "logstream.shutdownGraceSeconds" . | int }}
 {{- if le (include "logstream.terminationGracePeriodSeconds" . | int) $grace }}
-{{- fail (printf "terminationGracePeriodSeconds (%s) must be longer than config.serve.shutdown_grace_seconds (%d): the kubelet would SIGKILL serve before it drains the outbox and commits. Leave it empty for %d." (include "logstream.terminationGracePeriodSeconds" .) $grace (add $grace 10)) }}
+{{- fail (printf "terminationGracePeriodSeconds (%s) must be longer than serve's shutdown grace, %d s (config.serve.shutdown_grace_seconds, plus config.alerts delivery.shutdown_grace with the alerts sink): the kubelet would SIGKILL serve before it commits and drains the alert outbox. Leave it empty for %d." (include "logstream.terminationGracePeriodSeconds" .) $grace (add $grace 10)) }}
 {{- end }}
 {{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
 {{- fail "model.source initContainer needs model.initContainer.image.repository." }}
