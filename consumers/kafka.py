@@ -5,12 +5,18 @@ It never commits on its own (`enable_auto_commit=False`): the service commits
 Batch carries, per partition, the next offset to commit for everything it
 covers, bad messages included, so a poison message never blocks a partition.
 Bad messages are counted, logged once per kind and, if configured, copied to
-the dead-letter topic (awaited, so a copy exists before its offset is
-committed).
+the dead-letter topic. The copy is acknowledged (acks=all) before the batch
+covers its offset: when the copy fails, the batch stops that partition just
+before the message, the consumer seeks back to it and holds the partition
+(paused) for a backoff, then fetches and tries again. A partition whose
+dead-letter copies keep failing stops there, loudly (error log and
+`logstream_dead_letter_failures_total`); it never commits past a message it
+could not keep.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +26,15 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.helpers import create_ssl_context
 
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
-from logstream.metrics import COMMITS, CONSUMER_LAG, DEAD_LETTERS
+from logstream.metrics import COMMITS, CONSUMER_LAG, DEAD_LETTER_FAILURES, DEAD_LETTERS
 from logstream.records import LogRecord
 from logstream.settings import KafkaSettings
 
 log = structlog.get_logger(__name__)
+
+# Backoff before a partition whose dead-letter copy failed is fetched again: doubles per
+# failure in a row, from the first to the cap.
+DEAD_LETTER_RETRY_SECONDS = (0.5, 30.0)
 
 
 @dataclass
@@ -85,6 +95,9 @@ class KafkaSource:
             **client_options(settings),
         )
         self._dead_letters: AIOKafkaProducer | None = None
+        self._held: dict[TopicPartition, float] = {}  # dead-letter copy failed: retry after (monotonic)
+        self._failures: dict[TopicPartition, int] = {}  # failed copies in a row, per partition
+        self._paused = False  # backpressure (pause/resume); held partitions stay paused regardless
 
     async def start(self) -> None:
         if self.settings.dead_letter_topic:
@@ -108,12 +121,20 @@ class KafkaSource:
             await self._dead_letters.stop()
 
     async def fetch(self) -> Batch:
-        """One `getmany` (at most max_poll_records, waits at most fetch_timeout_ms), parsed."""
+        """One `getmany` (at most max_poll_records, waits at most fetch_timeout_ms), parsed.
+
+        A partition stops at a bad message whose dead-letter copy failed: the batch's next
+        offset for it is that message's, so nothing from it on is committed or scored yet.
+        """
+        self._release_held()
         fetched = await self.consumer.getmany(
             timeout_ms=self.settings.fetch_timeout_ms, max_records=self.settings.max_poll_records
         )
         batch = Batch()
         for tp, messages in fetched.items():
+            if tp in self._held:
+                self.consumer.seek(tp, messages[0].offset)  # not ours to take yet: fetch again later
+                continue
             source = f"{tp.topic}/{tp.partition}"
             for message in messages:
                 timestamp = message.timestamp / 1000 if message.timestamp is not None else None
@@ -125,18 +146,20 @@ class KafkaSource:
                     timestamp=timestamp,
                 )
                 if isinstance(parsed, Rejected):
+                    if not await self._dead_letter(tp, message, parsed, source):
+                        self._hold(tp, message.offset)
+                        break
                     self.rejects.add(parsed, topic=tp.topic, partition=tp.partition, offset=message.offset)
-                    await self._dead_letter(message, parsed, source)
                 else:
                     batch.records.append(parsed)
-            if messages:
-                batch.next_offsets[tp] = messages[-1].offset + 1
-                batch.messages += len(messages)
+                batch.next_offsets[tp] = message.offset + 1
+                batch.messages += 1
         return batch
 
-    async def _dead_letter(self, message: Any, rejected: Rejected, source: str) -> None:
+    async def _dead_letter(self, tp: TopicPartition, message: Any, rejected: Rejected, source: str) -> bool:
+        """Copy a bad message to the dead-letter topic; True once acknowledged (or none is set)."""
         if self._dead_letters is None or self.settings.dead_letter_topic is None:
-            return
+            return True
         headers = [
             ("logstream-reject", rejected.kind.encode()),
             ("logstream-source", f"{source}/{message.offset}".encode()),
@@ -145,9 +168,41 @@ class KafkaSource:
             await self._dead_letters.send_and_wait(
                 self.settings.dead_letter_topic, message.value, key=message.key, headers=headers
             )
-            DEAD_LETTERS.inc()
         except KafkaError as exc:
-            log.error("dead-letter copy failed", source=source, offset=message.offset, error=str(exc))
+            DEAD_LETTER_FAILURES.inc()
+            log.error(
+                "dead-letter copy failed; the partition waits at this message and retries",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=message.offset,
+                kind=rejected.kind,
+                error=str(exc) or type(exc).__name__,
+            )
+            return False
+        DEAD_LETTERS.inc()
+        self._failures.pop(tp, None)
+        return True
+
+    def _hold(self, tp: TopicPartition, offset: int) -> None:
+        """Rewind `tp` to `offset` and pause it for a backoff (see DEAD_LETTER_RETRY_SECONDS)."""
+        failures = self._failures.get(tp, 0)
+        self._failures[tp] = failures + 1
+        first, cap = DEAD_LETTER_RETRY_SECONDS
+        self._held[tp] = time.monotonic() + min(first * 2**failures, cap)
+        self.consumer.seek(tp, offset)
+        self.consumer.pause(tp)
+
+    def _release_held(self) -> None:
+        """Resume held partitions whose backoff is over (unless backpressure pauses all)."""
+        now = time.monotonic()
+        assigned = self.consumer.assignment()
+        for tp, until in list(self._held.items()):
+            if tp not in assigned:
+                del self._held[tp]  # revoked: its next owner starts from the committed offset
+            elif now >= until:
+                del self._held[tp]
+                if not self._paused:
+                    self.consumer.resume(tp)
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
         """Commit next offsets of partitions we still own; False if the commit failed.
@@ -171,11 +226,21 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self.consumer.assignment())
 
+    def assigned(self, partitions: set[TopicPartition]) -> None:
+        """A rebalance handed these out fresh (unpaused, at their committed offsets): no holds."""
+        self._paused = False
+        for tp in partitions:
+            self._held.pop(tp, None)
+            self._failures.pop(tp, None)
+
     def pause(self) -> None:
+        self._paused = True
         self.consumer.pause(*self.consumer.assignment())
 
     def resume(self) -> None:
-        self.consumer.resume(*self.consumer.assignment())
+        """Resume all assigned partitions except those held after a failed dead-letter copy."""
+        self._paused = False
+        self.consumer.resume(*(tp for tp in self.consumer.assignment() if tp not in self._held))
 
     def record_lag(self, next_offsets: dict[TopicPartition, int]) -> None:
         """Set `logstream_consumer_lag` = high watermark - next offset to hand off."""

@@ -26,6 +26,10 @@ SCORE_SECONDS = Histogram(
 CACHE_BYTES = Gauge("logstream_cache_bytes", "Bytes held by the streams' KV caches.")
 BAD_RECORDS = Counter("logstream_bad_records", "Messages skipped as bad input.", ["kind"])
 DEAD_LETTERS = Counter("logstream_dead_letters", "Bad messages copied to the dead-letter topic.")
+DEAD_LETTER_FAILURES = Counter(
+    "logstream_dead_letter_failures",
+    "Dead-letter copies that failed; the partition waits at that message and retries.",
+)
 CONSUMER_LAG = Gauge(
     "logstream_consumer_lag",
     "Messages behind the partition's high watermark.",
@@ -35,24 +39,45 @@ COMMITS = Counter("logstream_commits", "Offset commits to Kafka.", ["outcome"])
 INFLIGHT_LINES = Gauge("logstream_inflight_lines", "Lines fetched and not yet committed.")
 PAUSED_PARTITIONS = Gauge("logstream_paused_partitions", "Partitions paused for backpressure.")
 ASSIGNED_PARTITIONS = Gauge("logstream_assigned_partitions", "Partitions this consumer owns.")
+TRACKED_STREAMS = Gauge("logstream_tracked_streams", "Streams tracked for the idle timeout.")
+TRACKED_STREAM_EVICTIONS = Counter(
+    "logstream_tracked_stream_evictions",
+    "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",
+)
+
+
+def _always() -> bool:
+    return True
 
 
 @dataclass
 class Health:
-    """What /healthz and /readyz report; the service flips these flags."""
+    """What /healthz and /readyz report; the service flips these flags.
+
+    `sink_healthy` asks the anomaly sink whether it still delivers (the alert
+    pipeline's delivery worker is up); it is called on every probe.
+    """
 
     alive: bool = True
     model_loaded: bool = False
     partitions_assigned: bool = False
+    scoring: bool = True  # False once the scorer loop has ended for any reason
+    sink_healthy: Callable[[], bool] = _always
 
     @property
     def healthy(self) -> bool:
-        """Up and past model loading. The startupProbe waits on this; it never looks at Kafka."""
-        return self.alive and self.model_loaded
+        """Up, past model loading, scoring, and the sink delivering. Never looks at Kafka."""
+        return self.alive and self.model_loaded and self.scoring and self._sink_ok()
+
+    def _sink_ok(self) -> bool:
+        try:
+            return bool(self.sink_healthy())
+        except Exception:  # a probe must answer; a sink that cannot say is not healthy
+            return False
 
     @property
     def ready(self) -> bool:
-        return self.alive and self.model_loaded and self.partitions_assigned
+        return self.healthy and self.partitions_assigned
 
 
 class _QuietHandler(WSGIRequestHandler):
