@@ -11,6 +11,14 @@ Backpressure: when more than `max_inflight_lines` lines are queued or being
 scored, the assigned partitions are paused (the fetcher keeps polling, so the
 consumer stays in the group) and resumed below half of it.
 
+Memory: streams are tracked for `stream_idle_seconds` in an LRU of at most
+`max_tracked_streams` keys (one hostile producer can send a new key per line);
+a stream pushed out is forgotten, not closed.
+
+Health: /healthz fails once the scorer loop has ended or the sink reports
+that it no longer delivers (`sink.healthy()`), so a liveness probe restarts a
+pod that would otherwise commit offsets and alert nobody.
+
 Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
 fetching resumes. SIGTERM/SIGINT: stop fetching, finish the batch being
@@ -26,6 +34,7 @@ import os
 import signal
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,11 +59,13 @@ from logstream.metrics import (
     LINES,
     PAUSED_PARTITIONS,
     SCORE_SECONDS,
+    TRACKED_STREAM_EVICTIONS,
+    TRACKED_STREAMS,
     Health,
     serve_http,
 )
 from logstream.model import ModelDirError
-from logstream.records import Anomaly
+from logstream.records import Anomaly, LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
 
 log = structlog.get_logger(__name__)
@@ -118,7 +129,8 @@ class Service:
         self._may_fetch.set()
         self._paused = False
         self._processed: dict[TopicPartition, int] = {}  # handed off, maybe not yet committed
-        self._last_seen: dict[str, float] = {}  # stream -> monotonic time of its last line
+        # stream -> monotonic time of its last line, least recently seen first (idle closing only)
+        self._last_seen: OrderedDict[str, float] = OrderedDict()
         self._current: asyncio.Future[None] | None = None  # the scorer's work in progress
 
     async def run(self, stop: asyncio.Event) -> bool:
@@ -126,6 +138,7 @@ class Service:
         await self.source.start()
         fetcher = asyncio.create_task(self._fetch_loop(), name="fetcher")
         scorer = asyncio.create_task(self._score_loop(), name="scorer")
+        scorer.add_done_callback(self._scorer_ended)
         stopper = asyncio.create_task(stop.wait(), name="stop")
         done, _ = await asyncio.wait({fetcher, scorer, stopper}, return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
@@ -141,6 +154,12 @@ class Service:
         finally:
             self.health.alive = False
         return True
+
+    def _scorer_ended(self, task: asyncio.Task[None]) -> None:
+        """The scorer never ends on its own: whatever ended it, /healthz must say so."""
+        self.health.scoring = False
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scorer loop died", error=repr(task.exception()))
 
     async def _shutdown(self, fetcher: asyncio.Task[None], scorer: asyncio.Task[None]) -> None:
         fetcher.cancel()
@@ -222,12 +241,24 @@ class Service:
         scored = self.detector.score(batch.records)
         SCORE_SECONDS.observe(time.perf_counter() - started)
         now = time.monotonic()
-        for record in batch.records:
-            self._last_seen[record.stream] = now
         if self.settings.stream_idle_seconds is not None:
+            self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
         self._put(scored)
         LINES.inc(len(batch.records))
+
+    def _track(self, records: Sequence[LogRecord], now: float) -> None:
+        """Mark the records' streams as just seen; forget the least recently seen past the cap."""
+        for record in records:
+            self._last_seen[record.stream] = now
+            self._last_seen.move_to_end(record.stream)
+        evicted = 0
+        while len(self._last_seen) > self.settings.max_tracked_streams:
+            self._last_seen.popitem(last=False)
+            evicted += 1
+        if evicted:
+            TRACKED_STREAM_EVICTIONS.inc(evicted)
+        TRACKED_STREAMS.set(len(self._last_seen))
 
     def _close_idle_streams(self) -> None:
         """Worker thread: end streams quiet past stream_idle_seconds (their end scores)."""
@@ -235,13 +266,18 @@ class Service:
 
     def _idle_stream_ends(self, now: float) -> list[ScoredLine]:
         assert self.settings.stream_idle_seconds is not None
-        quiet = [s for s, t in self._last_seen.items() if now - t > self.settings.stream_idle_seconds]
+        quiet = []
+        for stream, seen in self._last_seen.items():  # least recently seen first
+            if now - seen <= self.settings.stream_idle_seconds:
+                break
+            quiet.append(stream)
         ends = []
         for stream in quiet:
             del self._last_seen[stream]
             end = self.detector.close(stream)
             if end is not None:
                 ends.append(end)
+        TRACKED_STREAMS.set(len(self._last_seen))
         return ends
 
     def _put(self, scored: Sequence[ScoredLine]) -> None:
@@ -273,6 +309,7 @@ class Service:
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Fresh partitions start unpaused; streams set up lazily on their first line."""
         self._paused = False
+        self.source.assigned(assigned)
         PAUSED_PARTITIONS.set(0)
         ASSIGNED_PARTITIONS.set(len(assigned))
         self.health.partitions_assigned = bool(assigned)
@@ -323,6 +360,7 @@ async def serve(settings: ServeSettings) -> int:
     audit: AuditLog | None = None
     try:
         sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
+        health.sink_healthy = sink.healthy
         audit = AuditLog(settings.audit_log) if settings.audit_log else None
         detector = await asyncio.to_thread(
             Detector.load,
