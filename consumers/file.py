@@ -2,7 +2,10 @@
 
 Lines are read as bytes and judged by the RecordParser like Kafka messages, so
 a bad line is counted and skipped, never fatal. A record's `source` is the
-path and its `offset` the 0-based line number.
+path and its `offset` the 0-based line number. Memory per line is bounded: a
+line longer than `max_message_bytes` is read on to its end but only its first
+`max_message_bytes + 1` bytes are kept, enough for the parser to reject it as
+oversized (a multi-gigabyte line without a newline must not be buffered).
 """
 
 from __future__ import annotations
@@ -15,6 +18,15 @@ from typing import BinaryIO
 
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
 from logstream.records import LogRecord
+
+
+def bounded_lines(handle: BinaryIO, limit: int) -> Iterator[bytes]:
+    """The handle's lines (newline kept), each cut to at most `limit + 1` bytes."""
+    while chunk := handle.readline(limit + 1):
+        line = chunk
+        while not chunk.endswith(b"\n") and (chunk := handle.readline(limit + 1)):
+            pass  # the rest of an overlong line: read and dropped (the line is oversized anyway)
+        yield line
 
 
 def parse_lines(
@@ -45,23 +57,25 @@ def read_file(
     truncated, reading the new file from its start.
     """
     path = Path(path)
+    limit = parser.settings.max_message_bytes
     if not follow:
         with path.open("rb") as handle:
-            yield from parse_lines(iter(handle), str(path), parser, rejects)
+            yield from parse_lines(bounded_lines(handle, limit), str(path), parser, rejects)
         return
     stop = stop or threading.Event()
-    yield from parse_lines(_follow(path, poll_seconds, stop), str(path), parser, rejects)
+    yield from parse_lines(_follow(path, poll_seconds, stop, limit), str(path), parser, rejects)
 
 
-def _follow(path: Path, poll_seconds: float, stop: threading.Event) -> Iterator[bytes]:
+def _follow(path: Path, poll_seconds: float, stop: threading.Event, limit: int) -> Iterator[bytes]:
     handle: BinaryIO = path.open("rb")
     pending = b""
     try:
         while not stop.is_set():
-            chunk = handle.readline()
+            chunk = handle.readline(limit + 1)
             if chunk:
-                pending += chunk
-                if pending.endswith(b"\n"):
+                if len(pending) <= limit:  # past that the line is oversized: only its end matters
+                    pending += chunk
+                if chunk.endswith(b"\n"):
                     yield pending
                     pending = b""
                 continue
