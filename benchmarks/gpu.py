@@ -436,9 +436,9 @@ def cache_inputs(B: int, D: int, H: int, Hkv: int, plan: Plan, dtype: torch.dtyp
 
 
 def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -> None:
-    from logstream.kernels.sink_ring_attention import _pick_splits  # imports Triton
-
     with section(report, "kernels", budget.seconds) as entry:
+        from logstream.kernels.sink_ring_attention import _pick_splits  # Triton: a failure fails this section
+
         peak = report.data.get("env", {}).get("peak_gbs")
         copy = report.data.get("env", {}).get("copy_gbs")
         report.text(f"decode attention, T = 1, full rings, L = {plan.L}, S = {plan.S}, {dtype}; "
@@ -471,6 +471,7 @@ def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) 
                         row["reference_us"] = time_ms(lambda x=x: sink_ring_attention(**x)) * 1e3
                     row["rel_err"] = norm_rel_err(got, want)
                 entry["rows"].append(row)
+                report.save()  # a run killed mid-section keeps its rows
                 del x, write, got
         cols = ["D", "H/Hkv", "streams", "splits", "attn_us", "MB", "GB/s", "% peak", "% copy", "write_us", "reference_us", "rel_err"]  # fmt: skip
         report.table(entry["rows"], cols)
@@ -620,6 +621,7 @@ def run_graph(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) ->
             row["tokens/s"] = B * T / (best_us * 1e-6)
             row["lines/s"] = row["tokens/s"] / plan.line_tokens if plan.line_tokens == T else None
             entry["rows"].append(row)
+            report.save()
             del engine, cache, tokens, step, model
             if on_cuda():
                 torch.cuda.empty_cache()
@@ -697,6 +699,7 @@ def run_engine(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -
                 continue
             try:
                 entry["rows"].append(engine_row(preset, B, path, plan, dtype))
+                report.save()
             except torch.cuda.OutOfMemoryError as e:
                 skip(entry, row_name, f"out of memory: {str(e).splitlines()[0]}")
             if on_cuda():
