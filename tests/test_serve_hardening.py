@@ -20,9 +20,13 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port, produce
-from test_kafka_serve import Serve, fully_committed, new_topic, normal_lines, wait_for
+from test_kafka_serve import WAIT_S, Serve, fully_committed, new_topic, normal_lines, wait_for
 
+from logstream.alerts.sink import JsonlSink
+from logstream.detector import Detector
 from logstream.metrics import Health, serve_http
+from logstream.serve import AuditLog, Service
+from logstream.settings import ServeSettings
 
 
 def as_json(messages: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes | None, bytes | None]]:
@@ -186,3 +190,35 @@ def test_healthz_fails_when_the_sink_cannot_say() -> None:
 def test_healthz_fails_once_the_scorer_has_ended() -> None:
     """/healthz is 503 when the scorer loop is no longer running."""
     assert _healthz(Health(model_loaded=True, scoring=False)) == 503
+
+
+@pytest.mark.kafka
+def test_healthz_turns_503_when_the_scorer_loop_dies(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """A real failure inside scoring (the audit log's disk is full: /dev/full) ends the scorer
+    loop; Health then reports unhealthy, and Service.run raises instead of serving on."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(5, seed=35)))
+    settings = ServeSettings(
+        model={"dir": synthetic_model_dir, "threads": 1},
+        kafka={"bootstrap_servers": kafka_broker.bootstrap, "topics": [topic], "group_id": group},
+        sink={"kind": "jsonl", "path": tmp_path / "anomalies.jsonl"},
+    )
+    health = Health(model_loaded=True)
+    sink = JsonlSink(tmp_path / "anomalies.jsonl")
+
+    async def run() -> None:
+        service = Service(
+            settings, Detector.load(synthetic_model_dir), sink, health, AuditLog(Path("/dev/full"))
+        )
+        await asyncio.wait_for(service.run(asyncio.Event()), timeout=WAIT_S)
+
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            asyncio.run(run())
+    finally:
+        sink.close()
+    assert health.scoring is False
+    assert not health.healthy
+    assert asyncio.run(committed_offsets(kafka_broker.bootstrap, group)).get((topic, 0), 0) == 0
