@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -68,11 +69,14 @@ class AlertSink:
             made = self.outbox.flush(self.outbox.clock(), early=True)
             if made:
                 log.info("alerts_flushed_on_close", notifications=len(made))
-        except OutboxError as exc:  # the groups stay durable; report it, still close
+        except (OutboxError, sqlite3.Error) as exc:  # the groups stay durable: report, still close
             log.error("alerts_flush_on_close_failed", error=str(exc))
         if self._background is not None:
             self._background.stop(grace)
-        pending = self.outbox.pending()
+        try:
+            pending = self.outbox.pending()
+        except sqlite3.Error:
+            pending = -1  # unknown; the flush error above (or the worker's) says why
         if pending:
             log.warning("alerts_pending_at_close", pending=pending, outbox=self.outbox.path)
         self.outbox.close()

@@ -88,4 +88,4 @@ def write_routes(tmp_path: Path, receivers: list[dict[str, Any]], **top: Any) ->
 
 
 def webhook(name: str, url: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "webhook_configs": [{"url": url + "/hook", "timeout": "1s", **extra}]}
+    return {"name": name, "webhook_configs": [{"url": url + "/hook", "timeout": "10s", **extra}]}
