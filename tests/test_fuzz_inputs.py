@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstream.consumers.parse import REJECT_KINDS, RecordParser, Rejected
-from logstream.inputs import InputError, InputStats, read_sessions
+from logstream.inputs import InputError, InputStats, read_lines, read_sessions
 from logstream.normalize import LEVELS, Normalizer, parse_level
 from logstream.records import LogRecord
 from logstream.settings import InputSettings
@@ -133,9 +133,9 @@ def test_tokenizer_encodes_any_text(tokenizer: LineTokenizer, lines: list[str]) 
 
 
 @pytest.fixture(scope="module")
-def sessions_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def scratch_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One file, rewritten by each example."""
-    return tmp_path_factory.mktemp("fuzz-sessions") / "sessions.jsonl"
+    return tmp_path_factory.mktemp("fuzz-inputs") / "input.txt"
 
 
 def _read_sessions_or_input_error(path: Path) -> None:
@@ -152,10 +152,24 @@ def _read_sessions_or_input_error(path: Path) -> None:
 
 @FUZZ
 @given(data=st.binary(max_size=3_000))
-def test_read_sessions_survives_arbitrary_bytes(sessions_path: Path, data: bytes) -> None:
+def test_read_sessions_survives_arbitrary_bytes(scratch_path: Path, data: bytes) -> None:
     """Any file content gives sessions (bad records counted) or one InputError."""
-    sessions_path.write_bytes(data)
-    _read_sessions_or_input_error(sessions_path)
+    scratch_path.write_bytes(data)
+    _read_sessions_or_input_error(scratch_path)
+
+
+@FUZZ
+@given(data=st.binary(max_size=12_000))
+def test_read_lines_survives_arbitrary_bytes(scratch_path: Path, data: bytes) -> None:
+    """Any log file gives NUL-free UTF-8 lines (bad ones counted) or one InputError."""
+    scratch_path.write_bytes(data)
+    try:
+        lines = read_lines(scratch_path, InputStats())
+    except InputError:
+        return
+    for line in lines:
+        assert "\x00" not in line
+        line.encode("utf-8")
 
 
 SESSION_RECORDS = st.fixed_dictionaries(
@@ -165,8 +179,8 @@ SESSION_RECORDS = st.fixed_dictionaries(
 
 @FUZZ
 @given(records=st.lists(SESSION_RECORDS | JSON_VALUES, max_size=5), deep=st.integers(0, 3_000))
-def test_read_sessions_survives_arbitrary_json(sessions_path: Path, records: list[object], deep: int) -> None:
+def test_read_sessions_survives_arbitrary_json(scratch_path: Path, records: list[object], deep: int) -> None:
     """Any JSON records (and one nested `deep` levels) give sessions or one InputError."""
     text = "".join(json.dumps(r) + "\n" for r in records) + "[" * deep + "]" * deep + "\n"
-    sessions_path.write_text(text, encoding="utf-8")
-    _read_sessions_or_input_error(sessions_path)
+    scratch_path.write_text(text, encoding="utf-8")
+    _read_sessions_or_input_error(scratch_path)
