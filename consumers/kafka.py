@@ -185,6 +185,8 @@ class KafkaSource:
 
     def _hold(self, tp: TopicPartition, offset: int) -> None:
         """Rewind `tp` to `offset` and pause it for a backoff (see DEAD_LETTER_RETRY_SECONDS)."""
+        if tp not in self.consumer.assignment():
+            return  # revoked while the copy was tried: its next owner starts at the committed offset
         failures = self._failures.get(tp, 0)
         self._failures[tp] = failures + 1
         first, cap = DEAD_LETTER_RETRY_SECONDS
