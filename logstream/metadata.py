@@ -7,8 +7,8 @@ the reason, never a traceback or an allocation. Types are strict (JSON `64.0`, `
 `"64"` is not a window). Unknown keys are kept: newer writers may add fields, and an older
 reader only checks the ones it uses.
 
-The calibration's inner fields belong to `Calibration.from_json`; it is called here, and its
-ValueError, TypeError or KeyError becomes a ModelDirError too.
+The calibration's inner fields belong to `Calibration.from_json`; it is called here, and what
+it raises on a wrong shape of JSON (CALIBRATION_ERRORS) becomes a ModelDirError too.
 
 Trade-off: mask rules run on Python's `re` (they use lookbehinds that RE2 lacks), and the
 default rules themselves repeat groups, so a nested-quantifier check would refuse them. A
@@ -43,6 +43,9 @@ MAX_SINK_TOKENS = 8192
 MAX_MASK_RULES = 256
 MAX_PATTERN_CHARS = 4096
 MAX_PROMPT_LINES = 4096
+# What building a Calibration from a wrong shape of JSON raises: a missing inner field
+# (KeyError), a wrong type (TypeError, AttributeError: `None.items()`), a bad value (ValueError).
+CALIBRATION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
 class MaskRuleMeta(BaseModel):
@@ -101,7 +104,7 @@ class ModelMeta(BaseModel):
     def _calibration_loads(cls, calibration: dict[str, Any]) -> dict[str, Any]:
         try:
             Calibration.from_json(calibration)
-        except (ValueError, TypeError, KeyError) as exc:  # KeyError: a missing inner field
+        except CALIBRATION_ERRORS as exc:
             raise ValueError(f"not a calibration: {_one_line(exc)}") from None
         return calibration
 

@@ -211,6 +211,9 @@ def test_arbitrary_json_is_accepted_or_one_model_dir_error(data: Any) -> None:
         assert "\n" not in str(exc)
 
 
+# Leaves inside the calibration: empty and null containers, numbers of every sign.
+PLAUSIBLE_LEAF = st.sampled_from([None, [], {}, "", 0, -1, 1.5, float("inf"), [1.0, "x"], {"x": None}])
+
 # Per field: values near the valid ones (right type, edges of the bounds), so that the
 # property also runs the "accepted" branch, not only refusals.
 PLAUSIBLE = {
@@ -239,11 +242,13 @@ def test_what_validation_accepts_the_detector_can_use(
     mutated = copy.deepcopy(meta)
     fields = [*PLAUSIBLE, "calibration"]
     for field in data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True)):
-        if field == "calibration":
-            inner = data.draw(
-                st.sampled_from([*sorted(meta["calibration"]), "added_field"]), label="in calibration"
-            )
-            mutated["calibration"][inner] = data.draw(JSON, label=f"calibration.{inner}")
+        if field == "calibration":  # one field of the real calibration, or of a dict inside it
+            node, path = mutated["calibration"], "calibration"
+            inner = data.draw(st.sampled_from([*sorted(node), "added_field"]), label="in calibration")
+            if isinstance(node.get(inner), dict) and data.draw(st.booleans(), label="deeper"):
+                node, path = node[inner], f"{path}.{inner}"
+                inner = data.draw(st.sampled_from([*sorted(node), "added_field"]), label=f"in {path}")
+            node[inner] = data.draw(PLAUSIBLE_LEAF | JSON, label=f"{path}.{inner}")
         else:
             mutated[field] = data.draw(PLAUSIBLE[field] | JSON, label=field)
     try:
