@@ -18,13 +18,13 @@ import numpy as np
 
 from logstream.detector import Detector
 from logstream.inputs import streams_from_lines
-from logstream.normalize import parse_level
 from logstream.records import LogRecord
-from logstream.scoring import DEFAULT_LEVEL_PRIOR, line_score, with_level_prior
+from logstream.scoring import ScoringConfig, line_score
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.train import TrainConfig, train
 
 KEY = re.compile(STREAM_KEY)
+CONFIG = ScoringConfig()  # raw scores, nats + severity prior (no tails, no novelty: this compares top-k)
 
 
 def token_nll(detector: Detector, lines: list[str]) -> list[np.ndarray]:
@@ -56,7 +56,7 @@ def main() -> None:
 
         def scores(nll: list[np.ndarray], lines: list[str], k: int = top_k) -> np.ndarray:
             return np.array([
-                with_level_prior(line_score(x, k).surprisal, parse_level(line), DEFAULT_LEVEL_PRIOR)
+                CONFIG.evidence(line_score(x, k).surprisal, CONFIG.severity(line), novel=False)
                 for x, line in zip(nll, lines, strict=True)
             ])  # fmt: skip
 

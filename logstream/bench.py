@@ -51,18 +51,16 @@ from logstream.inputs import (
     streams_from_sessions,
 )
 from logstream.model import load_model_dir
-from logstream.normalize import Normalizer, parse_level
+from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
 from logstream.scoring import (
-    DEFAULT_LEVEL_PRIOR,
-    DEFAULT_LINE_TOP_K,
+    ScoringConfig,
     auc_pr,
     best_f1,
     line_score,
     precision_recall_f1,
-    session_score,
-    with_level_prior,
+    session_worst,
 )
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.tokenizer import prompt_ids
@@ -212,14 +210,19 @@ def synthetic_baseline() -> list[Stream]:
 
 
 def synthetic_model(config: BenchConfig, runs: Path) -> Trained:
-    train_config = TrainConfig(preset="tiny", window=config.window, max_steps=config.max_steps, epochs=100.0)
+    train_config = TrainConfig(
+        preset="tiny", window=config.window, fit_window=False, max_steps=config.max_steps, epochs=100.0
+    )
     return cached_train(runs, "synthetic-tiny", synthetic_baseline(), train_config)
 
 
 def scores_of(nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
-    """Line scores exactly as the detector computes them (top-k surprisal + level prior)."""
+    """Raw line scores: top-k surprisal in nats plus the severity prior (scoring's "raw"
+    ablation, no tails, no novelty): the benchmark compares models and caches, each with
+    its own quantile threshold, not the calibration."""
+    config = ScoringConfig()
     return np.array([
-        with_level_prior(line_score(nll, DEFAULT_LINE_TOP_K).surprisal, parse_level(line), DEFAULT_LEVEL_PRIOR)
+        config.evidence(line_score(nll, config.line_top_k).surprisal, config.severity(line), novel=False)
         for nll, line in zip(nlls, lines, strict=True)
     ])  # fmt: skip
 
@@ -572,7 +575,9 @@ class TemplateDetector(ABC):
     def __init__(self, streams: list[Stream], normalizer: Normalizer) -> None:
         self.normalizer = normalizer
         self.miner = PatternMiner()
-        self.sequences = [[self.miner.add(normalizer.mask(line)) for line in s.lines] for s in streams]
+        self.sequences = [
+            [self.miner.add(normalizer.mask(line)).template_id for line in s.lines] for s in streams
+        ]
         self.counts = Counter(t for seq in self.sequences for t in seq)
         self.total = sum(self.counts.values())
 
@@ -646,7 +651,7 @@ def _evaluate_peer(
         out = []
         for s in streams:
             line_scores, end = peer.score_stream(s.lines, s.ended)
-            out += [session_score(line_scores, end)] if sessions else line_scores
+            out += [session_worst(line_scores, end)] if sessions else line_scores
         return out
 
     threshold = float(np.quantile(unit_scores(heldout), quantile))
@@ -708,7 +713,7 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
     train_sessions, test_sessions = sessions[:cut], sessions[cut:]
     normal = streams_from_sessions([s for s in train_sessions if s.label == 0])
     train_config = TrainConfig(
-        preset="tiny", window=config.hdfs_window, max_steps=config.max_steps, epochs=100.0
+        preset="tiny", window=config.hdfs_window, fit_window=False, max_steps=config.max_steps, epochs=100.0
     )
     hdfs_model = cached_train(runs, "hdfs-tiny", normal, train_config)
     hdfs_detector = Detector(hdfs_model.model, hdfs_model.tokenizer, hdfs_model.meta, device="cpu")

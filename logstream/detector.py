@@ -17,10 +17,11 @@ import torch
 
 from logstream.engine import StreamingEngine
 from logstream.model import load_model_dir
-from logstream.normalize import Normalizer, parse_level
-from logstream.patterns import PatternMiner
+from logstream.normalize import Normalizer
+from logstream.patterns import seeded_miner
 from logstream.records import Anomaly, LogRecord
-from logstream.scoring import Calibration, line_score, severity, with_level_prior
+from logstream.scoring import Calibration, Observation, line_score, severity
+from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
 SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS only, no sinks
@@ -29,11 +30,14 @@ SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS o
 @dataclass(frozen=True)
 class ScoredLine:
     record: LogRecord
-    score: float  # surprisal + level prior, compared with `threshold`
-    surprisal: float  # nats/token (for kind "end": the end token's NLL)
+    score: float  # calibrated: -log10 P(a normal line scores this high), compared with `threshold`
+    raw: float  # evidence, nats: surprisal + severity prior + novelty (what the line tail calibrates)
+    surprisal: float  # nats/token from the model alone (for kind "end": the end token's NLL)
     threshold: float
-    level: str | None = None
+    level: str | None = None  # severity from the level field or failure words
+    novel: bool = False  # the line's template is new to the model
     template_id: int | None = None
+    template: str | None = None
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
 
@@ -43,7 +47,12 @@ class ScoredLine:
 
 
 class Detector:
-    """Scores LogRecords with a trained model directory; see `load`."""
+    """Scores LogRecords with a trained model directory; see `load`.
+
+    `false_alarm_rate` (or an explicit `threshold` in -log10 p) sets the sensitivity;
+    default: the rate saved with the model. The line tail is refitted online on
+    unflagged lines (`ScoringConfig.refit_every`), as in serve, so a replay backtests it.
+    """
 
     def __init__(
         self,
@@ -57,15 +66,22 @@ class Detector:
         chunk_tokens: int = 256,
         sinks: str = "patterns",
         model_id: str = "",
+        false_alarm_rate: float | None = None,
+        threshold: float | None = None,
     ) -> None:
         if sinks not in SINK_MODES:
             raise ValueError(f"sinks: unknown {sinks!r}; expected one of {SINK_MODES}")
+        if false_alarm_rate is not None and not 0 < false_alarm_rate < 1:
+            raise ValueError(f"false_alarm_rate: {false_alarm_rate} is not in (0, 1)")
         self.meta = meta
         self.tokenizer = tokenizer
         self.normalizer = Normalizer.from_json(meta["mask_rules"])
-        self.calibration = Calibration.from_json(meta["calibration"])
         self.model_id = model_id or meta.get("model_id", "")
-        self.miner = PatternMiner()
+        self.false_alarm_rate = false_alarm_rate
+        self.fixed_threshold = threshold
+        self.known_templates = list(meta.get("templates", []))
+        self.calibration = Calibration.from_json(meta["calibration"])
+        self.miner = seeded_miner(self.known_templates)
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
             "bos": [tokenizer.bos_id],
@@ -84,9 +100,32 @@ class Detector:
         return cls(model, tokenizer, meta, model_id=model_id, **options)
 
     @property
+    def calibration(self) -> Calibration:
+        return self._calibration
+
+    @calibration.setter
+    def calibration(self, calibration: Calibration) -> None:
+        """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
+        self._calibration = calibration
+        self.scoring = calibration.config
+        self.online = (
+            OnlineTail(calibration.line, calibration.line_reference, calibration.config.refit_every)
+            if calibration.line is not None
+            else None
+        )
+
+    def reset(self) -> None:
+        """Forget every stream and every template learned since loading: score afresh."""
+        for stream in list(self.engine.streams):
+            self.engine.drop(stream)
+        self.miner = seeded_miner(self.known_templates)
+
+    @property
     def threshold(self) -> float:
-        """The line threshold, from the calibration saved with the model."""
-        return self.calibration.line_threshold
+        """The line threshold in -log10 p (the same unit for every model)."""
+        if self.fixed_threshold is not None:
+            return self.fixed_threshold
+        return self.calibration.threshold(self.false_alarm_rate)
 
     @property
     def cache_bytes(self) -> int:
@@ -94,7 +133,7 @@ class Detector:
 
     @property
     def learned_stream_ends(self) -> bool:
-        return self.calibration.end_threshold is not None
+        return self.calibration.learned_stream_ends
 
     def token_surprisal(
         self, records: Sequence[LogRecord]
@@ -118,24 +157,32 @@ class Detector:
     def score(self, records: Sequence[LogRecord]) -> list[ScoredLine]:
         """One ScoredLine per record, in order. Lines of a stream keep that stream's context."""
         masked, token_ids, surprisal = self.token_surprisal(records)
-        prior = self.calibration.level_prior
+        threshold = self.threshold
+        fit = self.online.fit if self.online else None
         out = []
         for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
-            ls = line_score(token_nll, self.calibration.line_top_k)
-            level = parse_level(record.line)
+            ls = line_score(token_nll, self.scoring.line_top_k)
+            level = self.scoring.severity(record.line)
+            mined = self.miner.add(masked[i])
+            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new))
             out.append(
                 ScoredLine(
                     record=record,
-                    score=with_level_prior(ls.surprisal, level, prior),
+                    score=self.calibration.line_score(evidence, fit),
+                    raw=evidence,
                     surprisal=ls.surprisal,
-                    threshold=self.threshold,
+                    threshold=threshold,
                     level=level,
-                    template_id=self.miner.add(masked[i]),
+                    novel=mined.new,
+                    template_id=mined.template_id,
+                    template=mined.template,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
                     ),
                 )
             )
+        if self.online is not None:
+            self.online.observe([s.raw for s in out], [s.is_anomaly for s in out])
         return out
 
     def close(self, stream: str) -> ScoredLine | None:
@@ -145,9 +192,10 @@ class Detector:
             nll = self.engine.end_nll(stream, self.tokenizer.eos_id)
             scored = ScoredLine(
                 record=LogRecord(line="<end of stream>", stream=stream),
-                score=nll,
+                score=self.calibration.end_score(nll),
+                raw=nll,
                 surprisal=nll,
-                threshold=self.calibration.end_threshold,
+                threshold=self.threshold,
                 kind="end",
             )
         self.engine.drop(stream)
@@ -167,7 +215,7 @@ class Detector:
             kind=scored.kind,
             level=scored.level,
             template_id=scored.template_id,
-            template=self.miner.template(scored.template_id) if scored.template_id is not None else None,
+            template=scored.template,
             top_tokens=scored.top_tokens,
             source=record.source,
             offset=record.offset,

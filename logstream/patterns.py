@@ -1,13 +1,19 @@
 """Online template mining (Drain, via the drain3 library) and the pattern prompt.
 
-Templates serve two ends: grouping alerts (one incident, one template) and the
-*pattern prompt*, the stream's most common templates, whose K/V become the
-attention sinks. Lines arrive already masked by `normalize`, so drain3's own
-masking is off.
+Templates serve three ends: grouping alerts (one incident, one template), the
+*pattern prompt* (the stream's most common templates, whose K/V become the attention
+sinks), and novelty (a line whose template the model has never seen). Lines arrive
+already masked by `normalize`, so drain3's own masking is off.
+
+A template's id is a hash of its text, not drain3's per-process counter: the same
+template has the same id in every process and after every restart, so alert groups and
+fingerprints stay stable. The miner keeps at most `max_templates` (least recently used
+are forgotten), so hostile or unbounded input cannot grow it without limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,8 +28,24 @@ class Template:
     count: int
 
 
-def _miner_config(similarity: float, depth: int) -> TemplateMinerConfig:
+MAX_TEMPLATES = 10_000
+
+
+def template_id(text: str) -> int:
+    """A stable 48-bit id of a template's text (the same in every process)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:6], "big")
+
+
+@dataclass(frozen=True)
+class Mined:
+    template_id: int
+    template: str
+    new: bool  # the line opened a new template
+
+
+def _miner_config(similarity: float, depth: int, max_templates: int) -> TemplateMinerConfig:
     config = TemplateMinerConfig()
+    config.drain_max_clusters = max_templates
     config.drain_sim_th = similarity
     config.drain_depth = depth
     config.masking_instructions = []  # normalize.py already masked variables
@@ -36,24 +58,36 @@ def _miner_config(similarity: float, depth: int) -> TemplateMinerConfig:
 class PatternMiner:
     """Streaming Drain: `add` assigns a template id to each masked line."""
 
-    def __init__(self, similarity: float = 0.5, depth: int = 4) -> None:
-        self._miner = TemplateMiner(config=_miner_config(similarity, depth))
+    def __init__(self, similarity: float = 0.5, depth: int = 4, max_templates: int = MAX_TEMPLATES) -> None:
+        self._miner = TemplateMiner(config=_miner_config(similarity, depth, max_templates))
 
-    def add(self, masked_line: str) -> int:
-        return int(self._miner.add_log_message(masked_line)["cluster_id"])
+    def add(self, masked_line: str) -> Mined:
+        result = self._miner.add_log_message(masked_line)
+        text = result["template_mined"]
+        return Mined(template_id(text), text, new=result["change_type"] == "cluster_created")
 
     def match(self, masked_line: str) -> int | None:
         """Template id of the closest known template, without learning; None if new."""
         cluster = self._miner.match(masked_line)
-        return None if cluster is None else int(cluster.cluster_id)
+        return None if cluster is None else template_id(cluster.get_template())
 
-    def template(self, template_id: int) -> str:
-        return self._miner.drain.id_to_cluster[template_id].get_template()
+    @property
+    def size(self) -> int:
+        return len(self._miner.drain.clusters)
 
     def templates(self) -> list[Template]:
         """All templates, most frequent first."""
         clusters = sorted(self._miner.drain.clusters, key=lambda c: (-c.size, c.cluster_id))
-        return [Template(int(c.cluster_id), c.get_template(), int(c.size)) for c in clusters]
+        return [Template(template_id(c.get_template()), c.get_template(), int(c.size)) for c in clusters]
+
+
+def seeded_miner(templates: Iterable[str]) -> PatternMiner:
+    """A miner that already knows `templates` (the model's training templates), so only
+    templates the model has never seen count as new."""
+    miner = PatternMiner()
+    for text in templates:
+        miner.add(text)
+    return miner
 
 
 def mine(masked_lines: Iterable[str], similarity: float = 0.5) -> PatternMiner:

@@ -1,30 +1,43 @@
-"""From token surprisal to line and session scores, thresholds and severity.
+"""From token surprisal to calibrated scores: line, stream end and session.
 
-- line score    = mean surprisal of the line's `top_k` most surprising tokens (nats/token)
-                  + the level prior. top_k = 0 means all tokens (DESIGN's plain mean). The
-                  default top_k = 3 is the issue winning over DESIGN: a plain mean dilutes one
-                  unseen value (`status=503`) over a 30-token line; on the synthetic incidents
-                  it found 0 of 3 such lines where the top-3 mean found 3 of 3 (docs/quality.md).
-- end score     = surprisal of the end-of-stream token when a stream closes
-- session score = max(line scores, end score)
+- Line evidence, in nats: the model's surprisal of the line (mean of its `top_k` most
+  surprising tokens; top_k = 0: all tokens, DESIGN's plain mean; the default 3 is the
+  issue winning over DESIGN) + the severity prior + the novelty bonus.
+  - severity (the level field or failure words, `severity.line_severity`): an error line
+    needs 2 nats (a factor e^2 ~ 7 in probability) less surprise to score as high as a
+    plain line; Datadog's log anomaly detection looks only at warn/error logs, we weigh
+    them instead of filtering;
+  - novelty: the line's template is new to the model (online Drain seeded with the
+    training templates). Measured on the dev sets it double-counts what the model's
+    surprisal already says, so its default weight is 0 (docs/quality.md).
+- End evidence: the surprisal of the end-of-stream token when a stream closes.
 
-Thresholds are high quantiles of the scores of held-out *baseline* lines and
-sessions: chosen without labels, saved with the model. Labels only evaluate.
+Score = -log10 P(a normal line's evidence is at least this high), from the tail of
+held-out baseline lines (`tail.fit_tail`, no labels). That is the one unit of every
+score: a threshold of 3 means one false alarm per 1,000 normal lines for any model,
+chunk or stream, and the false-alarm rate is the one sensitivity knob. Session score =
+the tail of held-out sessions' worst calibrated line or end score.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-# Severity prior, in nats added to the surprisal: a surprising ERROR matters more
-# than a surprising INFO (Datadog's log anomaly detection looks only at warn/error).
-DEFAULT_LEVEL_PRIOR = {"warning": 0.5, "error": 1.5, "critical": 2.5}
+from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
+from logstream.tail import TailFit, fit_tail, reference_sample
 
-
+# Priors in nats, added to the model's surprisal (docs/quality.md weighs them).
+DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
+DEFAULT_NOVELTY = 0.0
+DEFAULT_FALSE_ALARM_RATE = 1e-3
 DEFAULT_LINE_TOP_K = 3
 EXPLAIN_TOKENS = 3  # surprising tokens kept to explain an alert
+# ablations: "empirical" tails only (no GPD); "raw": evidence in nats, thresholded at each
+# model's own held-out quantile (no common unit)
+TAIL_MODELS = ("gpd", "empirical", "raw")
 
 
 @dataclass(frozen=True)
@@ -37,51 +50,144 @@ def line_score(token_nll: np.ndarray, top_k: int = DEFAULT_LINE_TOP_K) -> LineSc
     order = np.argsort(-token_nll, kind="stable")
     surprisal = token_nll[order[:top_k]].mean() if top_k > 0 else token_nll.mean()
     return LineScore(
-        surprisal=float(surprisal),
+        surprisal=float(surprisal) if len(token_nll) else 0.0,
         top_tokens=tuple((int(i), float(token_nll[i])) for i in order[:EXPLAIN_TOKENS]),
     )
 
 
-def with_level_prior(surprisal: float, level: str | None, prior: dict[str, float]) -> float:
-    return surprisal + prior.get(level or "", 0.0)
+@dataclass(frozen=True)
+class ScoringConfig:
+    """How evidence is formed and turned into the one unit. Saved with the model."""
+
+    line_top_k: int = DEFAULT_LINE_TOP_K
+    severity_prior: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SEVERITY_PRIOR))
+    content_severity: bool = True  # failure words count, not only the level field
+    failure_words: dict[str, list[str]] = field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()}
+    )
+    novelty: float = DEFAULT_NOVELTY  # nats added when the line's template is new to the model
+    tail_model: str = "gpd"
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
+    refit_every: int = 500  # online refit (DSPOT-style) every N unflagged lines; 0 = never
+
+    def __post_init__(self) -> None:
+        if self.tail_model not in TAIL_MODELS:
+            raise ValueError(f"tail_model: unknown {self.tail_model!r}; expected one of {TAIL_MODELS}")
+        if not 0 < self.false_alarm_rate < 1:
+            raise ValueError(f"false_alarm_rate: {self.false_alarm_rate} is not in (0, 1)")
+        if self.line_top_k < 0:
+            raise ValueError(f"line_top_k: {self.line_top_k} is negative")
+        check_failure_words(self.failure_words)
+
+    def severity(self, line: str) -> str | None:
+        return line_severity(line, self.failure_words if self.content_severity else {})
+
+    def evidence(self, surprisal: float, severity: str | None, novel: bool) -> float:
+        """Surprisal plus the priors, all in nats: the raw score that the line tail calibrates."""
+        return surprisal + self.severity_prior.get(severity or "", 0.0) + self.novelty * novel
 
 
-def session_score(line_scores: list[float], end_score: float | None) -> float:
-    scores = [*line_scores, *([end_score] if end_score is not None else [])]
-    return max(scores) if scores else 0.0
+@dataclass(frozen=True)
+class Observation:
+    """What the model and the miner say of one line, before any tail."""
+
+    surprisal: float  # nats
+    severity: str | None
+    novel: bool
 
 
 @dataclass
 class Calibration:
-    """Thresholds from held-out baseline scores (high quantiles, no labels)."""
+    """The tails of held-out baseline scores (no labels), and the scoring config they hold for."""
 
-    line_top_k: int = DEFAULT_LINE_TOP_K
-    line_quantile: float = 0.995
-    session_quantile: float = 0.999
-    line_threshold: float = float("inf")
-    end_threshold: float | None = None  # set when the model learned stream ends
-    session_threshold: float | None = None
+    config: ScoringConfig = field(default_factory=ScoringConfig)
+    line: TailFit | None = None
+    end: TailFit | None = None  # set when the model learned stream ends
+    session: TailFit | None = None  # set when the held-out data had sessions
+    line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
+    end_reference: list[float] = field(default_factory=list)
+    session_reference: list[float] = field(default_factory=list)
     heldout_lines: int = 0
     heldout_sessions: int = 0
-    level_prior: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LEVEL_PRIOR))
 
-    def fit(self, line_scores: list[float], end_scores: list[float], session_scores: list[float]) -> None:
-        if not line_scores:
-            raise ValueError("calibration: no held-out baseline lines to calibrate on")
-        self.line_threshold = float(np.quantile(line_scores, self.line_quantile))
-        self.heldout_lines = len(line_scores)
-        if end_scores:
-            self.end_threshold = float(np.quantile(end_scores, self.session_quantile))
-        if session_scores:
-            self.session_threshold = float(np.quantile(session_scores, self.session_quantile))
-            self.heldout_sessions = len(session_scores)
+    def threshold(self, false_alarm_rate: float | None = None) -> float:
+        """The score threshold for a false-alarm rate (default: the config's)."""
+        rate = false_alarm_rate or self.config.false_alarm_rate
+        if self.config.tail_model == "raw":  # ablation: each model's own held-out quantile
+            return float(np.quantile(self.line_reference, 1 - rate)) if self.line_reference else math.inf
+        return -math.log10(rate)
+
+    def evidence(self, seen: Observation) -> float:
+        return self.config.evidence(seen.surprisal, seen.severity, seen.novel)
+
+    def line_score(self, evidence: float, fit: TailFit | None = None) -> float:
+        return _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
+
+    def end_score(self, raw: float) -> float:
+        return _tail_score(self.end, self.config.tail_model, self.end_reference, raw)
+
+    def session_score(self, line_scores: list[float], end_score: float | None) -> float:
+        """Calibrated tail of the session's worst calibrated line or end score."""
+        worst = session_worst(line_scores, end_score)
+        return _tail_score(self.session, self.config.tail_model, self.session_reference, worst)
+
+    @property
+    def learned_stream_ends(self) -> bool:
+        return self.end is not None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for name in FITS:
+            fit = getattr(self, name)
+            out[name] = fit.to_json() if fit is not None else None
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> Calibration:
-        return cls(**data)
+        fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
+        return cls(**{**data, **fits, "config": ScoringConfig(**data["config"])})
+
+    def with_config(self, **changes: object) -> Calibration:
+        return replace(self, config=replace(self.config, **changes))
+
+
+FITS = ("line", "end", "session")
+
+
+def _tail_score(fit: TailFit | None, tail_model: str, reference: list[float], raw: float) -> float:
+    if fit is None or tail_model == "raw":
+        return raw
+    if tail_model == "empirical":  # share of held-out scores >= raw, floored at 1/(n+1)
+        above = len(reference) - int(np.searchsorted(reference, raw, side="left"))
+        return -math.log10((above + 1) / (len(reference) + 1))
+    return fit.score(raw)
+
+
+def session_worst(line_scores: list[float], end_score: float | None) -> float:
+    return max([*line_scores, *([end_score] if end_score is not None else [])], default=0.0)
+
+
+def _fit(samples: list[float]) -> tuple[TailFit | None, list[float]]:
+    """A tail and its reference sample, or (None, []) with too few samples."""
+    if len(samples) < 20:
+        return None, []
+    return fit_tail(samples), reference_sample(samples)
+
+
+def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: list[float]) -> Calibration:
+    """Fit the line and end tails on held-out lines and stream ends (the session tail: `fit_sessions`)."""
+    calibration = Calibration(config=config, heldout_lines=len(lines))
+    calibration.line, calibration.line_reference = _fit([calibration.evidence(o) for o in lines])
+    if calibration.line is None:
+        raise ValueError(f"calibration: {len(lines)} held-out baseline lines; at least 20 are needed")
+    calibration.end, calibration.end_reference = _fit(end_raw)
+    return calibration
+
+
+def fit_sessions(calibration: Calibration, worst: list[float]) -> None:
+    """Fit the session tail on held-out sessions' worst calibrated line/end scores."""
+    calibration.session, calibration.session_reference = _fit(worst)
+    calibration.heldout_sessions = len(worst) if calibration.session else 0
 
 
 def severity(score: float, threshold: float, level: str | None) -> str:

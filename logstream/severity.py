@@ -1,0 +1,78 @@
+"""Severity from content: a line's level field, or failure words anywhere in it.
+
+Severity is a *prior* (DESIGN "Scoring"): a surprising ERROR line matters more than a
+surprising INFO line. Many real logs have no level field (syslog, kernel, sshd) and say
+what went wrong in words, in any case: `Out of memory: Kill process`, `EXT3-fs error`,
+`Remounting filesystem read-only`, `segfault at 0`. So a line's severity is the higher
+of its level field and the failure words it contains. The prior itself (how many nats
+each severity adds to the surprisal) lives in `scoring.ScoringConfig`.
+
+The words are regexes matched case-insensitively on word boundaries; a word right after
+`no `, `0 ` or `without ` does not count (`0 errors`, `no error`). They are saved in the
+model directory, so a user can edit them there or pass their own to `ScoringConfig`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from logstream.normalize import MAX_LINE_CHARS, parse_level
+
+SEVERITY_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+
+DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
+    "critical": (
+        "panic", "fatal", "oom", "out of memory", "segfault", "segmentation fault", "core dumped",
+        "kernel bug", "corrupt(?:ed|ion)?", "machine check", "emergency",
+    ),
+    "error": (
+        "errors?", "fail(?:ed|s|ure|ures)?", "exceptions?", "killed", "kill process", "read-only",
+        "denied", "time(?:d)? ?out", "timeouts?", "abort(?:ed|ing)?", "crash(?:ed|es)?", "refused",
+        "unreachable", "i/o error", "unable to", "cannot", "traceback",
+    ),
+    "warning": ("warn(?:ing)?s?", "retry(?:ing)?", "degraded", "deprecated"),
+}  # fmt: skip
+
+
+@lru_cache(maxsize=16)
+def _compile(words: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """One regex per severity, highest severity first."""
+    by_rank = sorted(words, key=lambda item: -SEVERITY_RANK[item[0]])
+    return tuple(
+        (level, re.compile(r"(?<!\bno )(?<!\b0 )(?<!without )\b(?:" + "|".join(w) + r")\b", re.IGNORECASE))
+        for level, w in by_rank
+        if w
+    )
+
+
+def _key(words: dict[str, tuple[str, ...]] | dict[str, list[str]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple(sorted((level, tuple(w)) for level, w in words.items()))
+
+
+def check_failure_words(words: dict[str, list[str]]) -> None:
+    """Raise ValueError naming the bad level or regex."""
+    for level, patterns in words.items():
+        if level not in SEVERITY_RANK:
+            raise ValueError(
+                f"failure_words: unknown severity {level!r}; expected one of {list(SEVERITY_RANK)}"
+            )
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"failure_words.{level}: invalid regex {pattern!r}: {exc}") from None
+
+
+def line_severity(
+    line: str, words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None
+) -> str | None:
+    """The higher of the line's level field and its failure words (None if it has neither)."""
+    text = line[:MAX_LINE_CHARS]
+    level = parse_level(text)
+    for word_level, regex in _compile(_key(DEFAULT_FAILURE_WORDS if words is None else words)):
+        if level is not None and SEVERITY_RANK[level] >= SEVERITY_RANK[word_level]:
+            break
+        if regex.search(text):
+            return word_level
+    return level

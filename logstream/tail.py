@@ -1,0 +1,197 @@
+"""Calibrated tail scores: raw score -> -log10 P(a normal line scores at least this high).
+
+One unit for every model, chunk and stream: a score of 4 means "a normal line scores
+this high once in 10,000 lines", whatever model produced the raw number. A target
+false-alarm rate q is then the same threshold everywhere: -log10 q.
+
+Peaks over threshold (Pickands-Balkema-de Haan; SPOT, Siffer et al. KDD 2017): above a
+high quantile u of the held-out normal scores (the top PEAK_SHARE of them; 20%, not
+SPOT's 2%, so that a few percent of incidents are less than half the peaks), the excesses
+x - u follow a generalized Pareto distribution GPD(sigma, xi), so
+
+    P(X > x) = (n_u / n) * (1 + xi * (x - u) / sigma) ** (-1 / xi)       x >= u
+    P(X > x) = empirical share of held-out scores >= x                   x <  u
+
+The fit has two stages, so that a baseline whose held-out part holds incidents still
+gets the tail of its *normal* lines (a plain fit would stretch the tail over the
+incidents and hide every later one like them):
+1. a robust exponential tail, its scale from the mean of the lowest 75% of the excesses
+   (unmoved while fewer than a quarter of the peaks are incidents, and not zero when
+   many scores tie, as template logs' do), marks the peaks that are implausible for it
+   (tail probability below OUTLIER_RATE / n) as outliers, and drops them (at most half);
+2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
+   that this fit finds plausible come back and the fit repeats, so a genuinely heavy
+   tail is kept while far-out incidents stay out.
+xi is clamped to [XI_MIN, XI_MAX]. A negative xi is a bounded tail: a small model's
+surprisal has an upper end (its rare-but-normal lines cluster below it), and an
+exponential fit would stretch that tail past every incident. Near the end the GPD
+probability falls to 0, so above SCORE_CAP (p = 1e-10) a score continues linearly in
+the raw score (an exponential tail of the last fitted slope): the ranking survives
+where the probability has no meaning left.
+
+`OnlineTail` refits as normal traffic drifts (DSPOT-style): the calibration sample
+plus the most recent scores that were *not* flagged; a flagged line never moves it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+PEAK_SHARE = 0.2  # the top 20% of held-out scores are the peaks
+OUTLIER_RATE = 0.1  # stage 1 drops peaks rarer than 0.1 / n under the robust exponential tail
+TRIMMED_MEAN_75 = (1 - 0.25 * (math.log(4) + 1)) / 0.75  # E[X | X < its 75% quantile] for X ~ Exp(1)
+MIN_PEAKS = 10
+MIN_SAMPLES = 20
+XI_MIN, XI_MAX = -0.5, 0.5
+SCORE_CAP = 10.0  # -log10 p above which scores continue linearly
+BODY_POINTS = 64  # quantiles kept to interpolate the empirical part below u
+REFERENCE_SIZE = 2000  # calibration scores kept in the model directory for online refits
+
+
+@dataclass(frozen=True)
+class TailFit:
+    """A fitted tail: `log10_sf(x)` is log10 P(normal score >= x)."""
+
+    u: float  # peak threshold
+    peak_share: float  # n_u / n
+    sigma: float
+    xi: float
+    body: tuple[float, ...]  # scores at survival probabilities BODY_SURVIVAL (descending probability)
+    samples: int
+
+    def log10_sf(self, x: float) -> float:
+        """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
+        if x >= self.u:
+            z = (x - self.u) / self.sigma
+            if self.xi == 0:
+                return math.log10(self.peak_share) - z / math.log(10)
+            if 1 + self.xi * z <= 0:
+                return -math.inf
+            return math.log10(self.peak_share) - math.log10(1 + self.xi * z) / self.xi
+        survival = _body_survival(self.peak_share)
+        # np.interp needs increasing x: body scores rise as survival falls
+        return math.log10(float(np.interp(x, self.body, survival, left=1.0)))
+
+    def score(self, x: float) -> float:
+        """-log10 p: how many orders of magnitude rarer than 1 in 1 a normal line this high is."""
+        s = -self.log10_sf(x)
+        if s <= SCORE_CAP:
+            return max(0.0, s)
+        cap = self.raw_threshold(10**-SCORE_CAP)
+        return SCORE_CAP + max(0.0, x - cap) / (self.sigma * math.log(10))
+
+    def raw_threshold(self, false_alarm_rate: float) -> float:
+        """The raw score whose tail probability is `false_alarm_rate`."""
+        if false_alarm_rate >= self.peak_share:
+            survival = _body_survival(self.peak_share)
+            return float(np.interp(false_alarm_rate, survival[::-1], np.asarray(self.body)[::-1]))
+        ratio = false_alarm_rate / self.peak_share
+        if self.xi == 0:
+            return self.u - self.sigma * math.log(ratio)
+        return self.u + self.sigma / self.xi * (ratio ** (-self.xi) - 1)
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"body": [round(b, 6) for b in self.body]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TailFit:
+        return cls(**{**data, "body": tuple(float(b) for b in data["body"])})
+
+
+def _body_survival(peak_share: float) -> np.ndarray:
+    return np.linspace(1.0, peak_share, BODY_POINTS)
+
+
+def _pwm_gpd(excess: np.ndarray) -> tuple[float, float]:
+    """(sigma, xi) of a GPD fitted to sorted excesses by probability-weighted moments."""
+    m = len(excess)
+    a0 = float(excess.mean())
+    a1 = float(np.mean((1 - (np.arange(1, m + 1) - 0.35) / m) * excess))
+    if a0 <= 0 or a0 - 2 * a1 <= 0:
+        return max(a0, 1e-9), 0.0
+    xi = 2 - a0 / (a0 - 2 * a1)  # Hosking's shape k is -xi
+    sigma = 2 * a0 * a1 / (a0 - 2 * a1)
+    if abs(xi) < 1e-6 or xi > XI_MAX or xi < XI_MIN:
+        xi = min(max(xi, XI_MIN), XI_MAX) if abs(xi) >= 1e-6 else 0.0
+        # refit sigma for the clamped shape: the GPD's mean excess is sigma / (1 - xi)
+        sigma = a0 * (1 - xi)
+    if xi < 0:  # a bounded tail must end beyond every peak it was fitted on
+        xi = max(xi, -sigma / (1.05 * float(excess[-1])))
+    return sigma, xi
+
+
+def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
+    """Fit the tail of held-out normal scores; raises ValueError with too few of them."""
+    x = np.sort(np.asarray(scores, dtype=float))
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < MIN_SAMPLES:
+        raise ValueError(f"calibration: {n} held-out scores; at least {MIN_SAMPLES} are needed")
+    n_peaks = min(n - 1, max(MIN_PEAKS, int(n * PEAK_SHARE)))
+    u = float(x[n - n_peaks - 1])
+    excess = x[n - n_peaks :] - u  # sorted
+    lower = excess[: max(1, int(0.75 * n_peaks))]
+    robust_sigma = max(float(lower.mean()) / TRIMMED_MEAN_75, 1e-6 * max(1.0, abs(u)))
+    # stage 1: under the robust exponential tail P(X > u + e) = (n_peaks / n) exp(-e / sigma)
+    plausible = excess <= robust_sigma * math.log(n_peaks / OUTLIER_RATE)
+    if plausible.sum() < n_peaks / 2:
+        plausible[:] = True  # more "outliers" than normal peaks: the tail is the data, not noise
+    # stage 2, repeated until stable: fit the kept peaks; peaks the fitted GPD finds plausible
+    # come back (a heavy tail is data, not noise), the rest stay out (incidents stay implausible)
+    for _ in range(8):
+        n_kept = int(plausible.sum())
+        sigma, xi = _pwm_gpd(excess[plausible]) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
+        z = excess / sigma
+        with np.errstate(invalid="ignore", divide="ignore"):  # beyond a bounded tail's end: -inf
+            log_sf = (
+                -z
+                if xi == 0
+                else np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
+            )
+        again = log_sf >= math.log(OUTLIER_RATE / n_peaks)
+        if np.array_equal(again, plausible) or again.sum() < n_peaks / 2:
+            break
+        plausible = again
+    normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks
+    peak_share = n_kept / len(normal)
+    body = np.quantile(normal, 1.0 - _body_survival(peak_share))
+    return TailFit(u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n)
+
+
+def reference_sample(scores: list[float], size: int = REFERENCE_SIZE) -> list[float]:
+    """At most `size` scores spread evenly over the sorted sample: kept for online refits."""
+    x = np.sort(np.asarray(scores, dtype=float))
+    if len(x) > size:
+        x = x[np.linspace(0, len(x) - 1, size).round().astype(int)]
+    return [round(float(v), 5) for v in x]
+
+
+class OnlineTail:
+    """DSPOT-style refits: the calibration sample plus the latest unflagged scores.
+
+    `observe` takes the raw scores of a batch and whether each was flagged; every
+    `refit_every` unflagged scores the tail is fitted again. Flagged scores are
+    never added, so an incident cannot teach the threshold to accept it.
+    """
+
+    def __init__(self, fit: TailFit, reference: list[float], refit_every: int = 500) -> None:
+        self.fit = fit
+        self._reference = list(reference)
+        self._recent: deque[float] = deque(maxlen=max(len(reference), 1000))
+        self._refit_every = refit_every
+        self._since_refit = 0
+
+    def observe(self, raw_scores: list[float], flagged: list[bool]) -> None:
+        if self._refit_every <= 0 or not self._reference:
+            return
+        for raw, is_flagged in zip(raw_scores, flagged, strict=True):
+            if not is_flagged and math.isfinite(raw):
+                self._recent.append(raw)
+                self._since_refit += 1
+        if self._since_refit >= self._refit_every:
+            self.fit = fit_tail([*self._reference, *self._recent])
+            self._since_refit = 0

@@ -1,0 +1,52 @@
+"""Severity from content: level fields and case-insensitive failure words, as a prior in nats."""
+
+from __future__ import annotations
+
+import pytest
+
+from logstream.scoring import ScoringConfig
+from logstream.severity import line_severity
+
+
+@pytest.mark.parametrize(
+    ("line", "severity"),
+    [
+        ("Jun 14 15:16:01 combo kernel: Out of memory: Kill process 2337 (java)", "critical"),
+        ("kernel: EXT3-fs error (device sda1): ext3_find_entry: reading directory", "error"),
+        ("kernel: Remounting filesystem read-only", "error"),
+        ("httpd[2201]: segfault at 0 ip 00007f sp 00007f error 4 in libc.so", "critical"),
+        ("sshd[42]: fatal: Read from socket failed: Connection reset by peer", "critical"),
+        ("app: request failed after 3 retries", "error"),
+        ("worker: connection timed out", "error"),
+        ("cron: job done, 0 errors", None),
+        ("backup finished with no error", None),
+        ("2015-10-18 18:01:47,978 INFO [main] started", "info"),
+        ("2015-10-18 18:01:47,978 WARN [main] disk slow", "warning"),
+        ("2015-10-18 18:01:47,978 INFO [main] task failed", "error"),
+        ("ntpd[2000]: synchronized to 10.100.14.250, stratum 3", None),
+    ],
+)
+def test_severity_reads_level_fields_and_failure_words(line: str, severity: str | None) -> None:
+    """Lower-case failure words count like a level; a level field counts; negated counts do not."""
+    assert line_severity(line) == severity
+
+
+def test_lower_case_failure_words_get_the_prior() -> None:
+    """A lower-case `error` line gets the error prior in its raw score; a plain line gets none."""
+    config = ScoringConfig()
+    plain = config.evidence(2.0, config.severity("kernel: device ready"), novel=False)
+    failing = config.evidence(2.0, config.severity("kernel: device error on sda"), novel=False)
+    assert failing - plain == pytest.approx(config.severity_prior["error"])
+
+
+def test_content_severity_can_be_switched_off() -> None:
+    """With content_severity off only the level field counts (the ablation of docs/quality.md)."""
+    config = ScoringConfig(content_severity=False)
+    assert config.severity("kernel: Out of memory: Kill process 1") is None
+    assert config.severity("ERROR db: down") == "error"
+
+
+def test_bad_failure_word_is_a_clear_error() -> None:
+    """A failure-word regex that does not compile names its severity and pattern."""
+    with pytest.raises(ValueError, match=r"failure_words.error: invalid regex"):
+        ScoringConfig(failure_words={"error": ["(unclosed"]})

@@ -1,0 +1,97 @@
+"""The calibrated unit: tail fits that hit a target false-alarm rate, robust to a few incidents."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from logstream.tail import OnlineTail, fit_tail, reference_sample
+
+# (name, sampler): tails of the kind surprisal has (exponential-like) and a heavier one
+TAILS = {
+    "exponential": lambda rng, n: 3 + rng.exponential(1.0, n),
+    "gamma": lambda rng, n: rng.gamma(3.0, 1.0, n),
+    "lognormal": lambda rng, n: rng.lognormal(1.0, 0.4, n),
+    "pareto xi=0.3": lambda rng, n: rng.pareto(1 / 0.3, n),
+}
+
+
+def observed_rate(name: str, rate: float) -> float:
+    """Fit on 5,000 normal scores; the share of 2M fresh ones above the threshold for `rate`."""
+    rng = np.random.default_rng(7)
+    fit = fit_tail(TAILS[name](rng, 5000))
+    return float(np.mean(TAILS[name](rng, 2_000_000) > fit.raw_threshold(rate)))
+
+
+# The lognormal's tail converges slowly to its GPD limit: at 1e-4 the fit alerts 2.5x too
+# often (docs/quality.md), so it is held to the 1e-3 target only.
+@pytest.mark.parametrize(
+    ("name", "rate"),
+    [(name, rate) for name in TAILS for rate in (1e-3, 1e-4) if (name, rate) != ("lognormal", 1e-4)],
+)
+def test_threshold_hits_the_target_false_alarm_rate(name: str, rate: float) -> None:
+    """The threshold for a false-alarm rate flags that rate of fresh normal scores, within a factor of 2."""
+    observed = observed_rate(name, rate)
+    assert rate / 2 <= observed <= rate * 2, f"{name}: observed {observed:.2e} for target {rate:.0e}"
+
+
+def test_a_bounded_tail_keeps_ranking_beyond_its_end() -> None:
+    """Uniform scores have an end: past it the probability is 0, yet scores keep rising with
+    the raw score (linear above the cap), so incidents beyond the end still rank."""
+    fit = fit_tail(np.random.default_rng(6).uniform(0, 10, 3000))
+    assert fit.xi < 0
+    assert fit.score(9.0) < 1.5 < fit.score(10.5) < fit.score(12.0) < fit.score(20.0)
+
+
+def test_score_is_minus_log10_of_the_tail_probability() -> None:
+    """score(raw_threshold(q)) == -log10 q, in the body and in the fitted tail alike."""
+    fit = fit_tail(np.random.default_rng(1).exponential(1.0, 3000))
+    for rate in (0.5, 0.1, 1e-2, 1e-4, 1e-7):
+        assert fit.score(fit.raw_threshold(rate)) == pytest.approx(-math.log10(rate), abs=1e-6)
+
+
+def test_scores_rise_with_the_raw_score() -> None:
+    """The unit preserves ranking: a higher raw score never gets a lower calibrated score."""
+    fit = fit_tail(np.random.default_rng(2).gamma(2.0, 1.0, 1000))
+    raw = np.linspace(-1, 40, 2000)
+    scores = np.array([fit.score(x) for x in raw])
+    assert np.all(np.diff(scores) >= 0) and scores[0] == 0 and scores[-1] > 10
+
+
+def test_a_few_incidents_in_the_baseline_do_not_raise_the_threshold() -> None:
+    """2% of the held-out scores far out (incidents in the baseline): the threshold stays
+    within a factor of 2 of the clean rate, instead of moving past the incidents."""
+    rng = np.random.default_rng(3)
+    contaminated = np.r_[rng.exponential(1.0, 980), 12 + rng.exponential(1.0, 20)]
+    fit = fit_tail(contaminated)
+    fresh = rng.exponential(1.0, 2_000_000)
+    assert float(np.mean(fresh > fit.raw_threshold(1e-3))) >= 0.5e-3
+    assert fit.score(12.0) > 3  # an incident like those in the baseline still alerts
+
+
+def test_tied_scores_keep_a_usable_tail() -> None:
+    """Template logs give many tied scores: the tail neither collapses nor flags the ties."""
+    rng = np.random.default_rng(4)
+    scores = np.r_[np.full(700, 2.0), np.full(200, 2.5), 2.5 + rng.exponential(0.5, 100)]
+    fit = fit_tail(scores)
+    assert fit.score(2.5) < 1 and fit.score(2.5 + 0.5 * math.log(1e4)) > 3
+
+
+def test_too_few_scores_is_a_clear_error() -> None:
+    """A calibration set below the minimum is a ValueError naming what is missing."""
+    with pytest.raises(ValueError, match="held-out scores"):
+        fit_tail([1.0] * 5)
+
+
+def test_online_refit_follows_drift_but_never_learns_flagged_scores() -> None:
+    """DSPOT-style: unflagged scores of a drifted system move the tail; flagged ones never do."""
+    rng = np.random.default_rng(5)
+    reference = reference_sample(list(rng.exponential(1.0, 1000)))
+    drifted = list(2 + rng.exponential(1.0, 3000))
+    learns, ignores = (OnlineTail(fit_tail(reference), reference, refit_every=500) for _ in range(2))
+    learns.observe(drifted, [False] * len(drifted))
+    ignores.observe(drifted, [True] * len(drifted))
+    assert learns.fit.raw_threshold(1e-3) > ignores.fit.raw_threshold(1e-3) + 1
+    assert ignores.fit == fit_tail(reference)
