@@ -90,6 +90,10 @@ class ModelMeta(BaseModel):
     def _known_version(cls, version: int) -> int:
         if version > META_VERSION:
             raise ValueError(f"{version} is newer than this logstream reads (up to {META_VERSION})")
+        if version < META_VERSION:
+            raise ValueError(
+                f"{version} predates calibrated scores (format {META_VERSION}); retrain with `logstream train`"
+            )
         return version
 
     @field_validator("preset")

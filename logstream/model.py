@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from logstream.tokenizer import LineTokenizer
 
 META_FILE = "logstream.json"
-META_VERSION = 1
+META_VERSION = 2  # 2: calibrated tails (scores in -log10 p); 1 had raw quantile thresholds
 # Checkpoints with the Llama tensor layout that the engine's own forward can run.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -39,6 +40,10 @@ PRESETS: dict[str, Preset] = {
     "small": Preset(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384, vocab_size=1024),
     "base": Preset(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536, vocab_size=4096),
 }  # fmt: skip
+
+
+# Our CLI shows its own progress; HF's per-file bars ("Writing model shards") are noise on stderr.
+hf_logging.disable_progress_bar()
 
 
 class ModelDirError(Exception):

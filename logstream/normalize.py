@@ -23,6 +23,8 @@ class MaskRule:
 
 
 DEFAULT_RULES: tuple[MaskRule, ...] = (
+    # before timestamps, whose `hh:mm:ss` would take a MAC address's first three bytes
+    MaskRule("mac", r"\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b", "<MAC>"),
     MaskRule(
         "timestamp",
         r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -34,6 +36,16 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
         r"|\b\d{2}:\d{2}:\d{2}(?:[.,:]\d+)?",
         "<TS>",
     ),
+    MaskRule("date", r"\b\d{4}[.-]\d{2}[.-]\d{2}\b", "<DATE>"),
+    # the host field of syslog (after its timestamp) and of HPC logs (after their date):
+    # `Nov 9 12:01:01 dn228/dn228 crond` -> `<TS> <HOST> crond`; host names are unique per
+    # line in a cluster and would dominate the surprisal. Never a level (`<TS> INFO ...`).
+    MaskRule(
+        "syslog_host",
+        r"(?:(?<=<TS> )|(?<=<DATE> ))(?!(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|"
+        r"CRITICAL|CRIT|FATAL|PANIC|EMERG|ALERT)\b)\w[\w.@-]*(?:/[\w.@-]+)?(?= )",
+        "<HOST>",
+    ),
     MaskRule(
         "uuid",
         r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
@@ -41,7 +53,17 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
     ),
     MaskRule("block_id", r"\bblk_-?\d+", "<BLK>"),
     MaskRule("request_id", r"\breq-<UUID>|\breq-[0-9a-zA-Z-]{8,}", "<REQ>"),
+    # host names before IPs: `62.99.164.82.sh.interxion.inode.at`, `dsl-059.touchtelindia.net`
+    # (a dotted name ending in a generic top-level domain, or 3+ labels ending in a country
+    # code; Java packages start with one instead, and `app.py` has too few labels)
+    MaskRule(
+        "hostname",
+        r"\b(?:(?:[\w-]+\.)+(?:com|net|org|edu|gov|mil|info|biz)|(?:[\w-]+\.){2,}[a-z]{2})\b(?![.\w-])",
+        "<HOST>",
+    ),
     MaskRule("ipv4", r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "<IP>"),
+    # random identifiers: 10+ letters and digits, both present (`jA9J1Wd7019391`, a queue id)
+    MaskRule("identifier", r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{10,}\b", "<ID>"),
     MaskRule("hex", r"\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b", "<HEX>"),
     MaskRule("path", r"(?<![\w<])(?:/[\w.\-]+){2,}/?", "<PATH>"),
     MaskRule("number", r"(?<![\w.])-?\d+\.\d+(?![\w.])|(?<![\w.])\d{4,}(?![\w.])", "<NUM>"),

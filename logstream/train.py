@@ -7,6 +7,13 @@ in training and in serving. The loss is on log tokens only.
 Baselines may contain incidents. After warm-up, each batch caps the loss of the
 share `robust_share` of its lines with the highest loss (see
 `robust_token_weights`), so a rare incident is not memorized: it stays surprising.
+Calibration is robust too: the tail fit drops held-out peaks that are implausible
+for the normal lines' tail (`tail.fit_tail`).
+
+The schedule adapts to the data, so a 1,000-line baseline trains as well as a
+million-line one: the window shrinks to what the baseline can fill many times over
+(`plan_window`, unless a window is asked for), the preset follows the baseline's size
+(`choose_preset`), and the number of steps has a floor (`plan_steps`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +34,22 @@ import torch.nn.functional as F
 from logstream.detector import Detector
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
-from logstream.patterns import mine, pattern_prompt
+from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
 from logstream.records import LogRecord
-from logstream.scoring import DEFAULT_LINE_TOP_K, Calibration, session_score
+from logstream.scoring import (
+    Calibration,
+    Observation,
+    ScoringConfig,
+    fit_calibration,
+    fit_sessions,
+    session_worst,
+)
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
+
+MIN_WINDOW = 64
+AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
+MIN_HELDOUT_LINES = 300  # small baselines hold out more (up to 30%), so the tail fit has data
+WINDOWS_PER_BASELINE = 64  # the window shrinks until the baseline holds this many of them
 
 
 @dataclass(frozen=True)
@@ -44,10 +63,12 @@ class Stream:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    preset: str = "small"
-    window: int = 2048  # L: ring slots per stream
+    preset: str = "auto"  # "auto": by baseline size (`choose_preset`), or one of model.PRESETS
+    window: int = 2048  # L: ring slots per stream (at most, with fit_window)
+    fit_window: bool = True  # shrink the window to what the baseline fills (`plan_window`)
     seed: int = 0
     epochs: float = 2.0
+    min_steps: int = 200  # a floor, so that small baselines are learned
     max_steps: int = 2000
     batch_size: int = 8
     lr: float = 3e-3
@@ -56,9 +77,38 @@ class TrainConfig:
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
-    line_top_k: int = DEFAULT_LINE_TOP_K  # line score: mean of the k most surprising tokens, 0 = all
-    line_quantile: float = 0.995
-    session_quantile: float = 0.999
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+
+
+def plan_window(tokens: int, window: int) -> int:
+    """The largest power-of-two window (at most `window`) that the baseline fills
+    WINDOWS_PER_BASELINE times: a 20k-token log cannot teach positions up to 2048."""
+    fitted = window
+    while fitted > MIN_WINDOW and tokens < WINDOWS_PER_BASELINE * fitted:
+        fitted //= 2
+    return max(min(fitted, window), min(MIN_WINDOW, window))
+
+
+def choose_preset(preset: str, lines: int) -> str:
+    """`auto` picks tiny for baselines under AUTO_SMALL_LINES lines: a ~25k-token log cannot
+    feed the small model's 0.9M parameters, and tiny trains ~5x faster on a CPU."""
+    if preset != "auto":
+        return preset
+    return "tiny" if lines < AUTO_SMALL_LINES else "small"
+
+
+def sink_budget(config: TrainConfig, window: int) -> int:
+    """At most `sink_tokens`, and at most half the window: attention costs (S + L)^2."""
+    return min(config.sink_tokens, max(1, window // 2))
+
+
+def plan_steps(examples: int, config: TrainConfig, continued: bool = False) -> tuple[int, float]:
+    """(steps, epochs): `epochs` passes, at least `min_steps` (half of it when continuing a
+    model that already knows the system), at most `max_steps`."""
+    per_epoch = max(1.0, examples / config.batch_size)
+    floor = config.min_steps // 2 if continued else config.min_steps
+    steps = min(config.max_steps, max(floor, math.ceil(config.epochs * per_epoch)))
+    return steps, round(steps / per_epoch, 2)
 
 
 @dataclass
@@ -87,6 +137,14 @@ def split_heldout(streams: list[Stream], fraction: float) -> tuple[list[Stream],
         train.append(Stream(s.name, s.lines[:cut], ended=False))
         heldout.append(Stream(f"{s.name}#heldout", s.lines[cut:], ended=s.ended))
     return train, heldout
+
+
+def heldout_split(streams: list[Stream], config: TrainConfig) -> tuple[list[Stream], list[Stream]]:
+    """(train, held-out) as `train` splits them: `heldout_fraction`, but at least
+    MIN_HELDOUT_LINES lines (up to 30%) for small baselines."""
+    total = sum(len(s.lines) for s in streams)
+    fraction = max(config.heldout_fraction, min(0.3, MIN_HELDOUT_LINES / max(total, 1)))
+    return split_heldout(streams, fraction)
 
 
 def make_examples(
@@ -142,12 +200,12 @@ def fit(
     examples: list[tuple[list[int], list[int]]],
     sink_ids: list[int],
     config: TrainConfig,
+    steps: int,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> float:
-    """Train in place; returns the last smoothed loss. Sinks are input only (no loss)."""
+    """Train in place for `steps`; returns the last smoothed loss. Sinks are input only (no loss)."""
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
-    steps = min(config.max_steps, max(1, math.ceil(config.epochs * len(examples) / config.batch_size)))
     warmup = max(1, int(steps * config.warmup_fraction))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -190,32 +248,42 @@ def fit(
     return smoothed
 
 
-def calibrate(detector: Detector, heldout: list[Stream], calibration: Calibration) -> Calibration:
-    """Fit `calibration`'s thresholds to the detector's scores of held-out baseline streams.
+def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
+    """Fit the detector's calibration to what it observes on held-out baseline streams.
 
-    Thresholds are high quantiles of those scores; no labels are involved. The detector's
-    own line score (top_k, level prior) is set from `calibration` first.
+    The surprisal, line and end tails come from the held-out lines and stream ends; the
+    session tail from each held-out session's worst calibrated score. No labels are involved.
     """
-    detector.calibration = calibration
-    line_scores: list[float] = []
-    end_scores: list[float] = []
-    session_scores: list[float] = []
+    detector.reset()
+    detector.calibration = Calibration(config=config)  # observations only, no tails yet
+    lines: list[Observation] = []
+    end_raw: list[float] = []
+    sessions: list[tuple[list[Observation], float]] = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
         streams = heldout[start : start + group]
         scored = detector.score([LogRecord(line=line, stream=s.name) for s in streams for line in s.lines])
-        by_stream: dict[str, list[float]] = {s.name: [] for s in streams}
+        by_stream: dict[str, list[Observation]] = {s.name: [] for s in streams}
         for line in scored:
-            by_stream[line.record.stream].append(line.score)
+            by_stream[line.record.stream].append(Observation(line.surprisal, line.level, line.novel))
         for stream in streams:
-            scores = by_stream[stream.name]
-            line_scores += scores
+            lines += by_stream[stream.name]
             if stream.ended:
                 end = detector.engine.end_nll(stream.name, detector.tokenizer.eos_id)
-                end_scores.append(end)
-                session_scores.append(session_score(scores, end))
+                end_raw.append(end)
+                sessions.append((by_stream[stream.name], end))
             detector.engine.drop(stream.name)
-    calibration.fit(line_scores, end_scores, session_scores)
+    calibration = fit_calibration(config, lines, end_raw)
+    worst = [
+        session_worst(
+            [calibration.line_score(calibration.evidence(o)) for o in seen],
+            calibration.end_score(end) if calibration.end else None,
+        )
+        for seen, end in sessions
+    ]
+    fit_sessions(calibration, worst)
+    detector.calibration = calibration
+    detector.reset()  # the held-out lines taught the miner nothing that scoring should keep
     return calibration
 
 
@@ -226,50 +294,61 @@ def train(
     start_from: Trained | None = None,
 ) -> Trained:
     """Fit a detector on baseline streams. `start_from` continues an earlier model (prequential)."""
-    if config.preset not in PRESETS:
-        raise ValueError(f"preset: unknown {config.preset!r}; expected one of {sorted(PRESETS)}")
-    train_streams, heldout = split_heldout([s for s in streams if s.lines], config.heldout_fraction)
+    if config.preset != "auto" and config.preset not in PRESETS:
+        raise ValueError(f"preset: unknown {config.preset!r}; expected auto or one of {sorted(PRESETS)}")
+    streams = [s for s in streams if s.lines]
+    total = sum(len(s.lines) for s in streams)
+    train_streams, heldout = heldout_split(streams, config)
     if not any(s.lines for s in train_streams) or not any(s.lines for s in heldout):
         raise ValueError("training data: too few lines to train and hold out a calibration set")
     started = time.time()
+    lines = [line for s in train_streams for line in s.lines]
     if start_from is None:
         normalizer = Normalizer()
-        masked = [normalizer.mask(line) for s in train_streams for line in s.lines]
-        tokenizer = train_tokenizer(masked, PRESETS[config.preset].vocab_size)
-        tokenizer = LineTokenizer(tokenizer)
-        prompt = pattern_prompt(mine(masked).templates(), config.prompt_templates)
-        sink_ids = prompt_ids(tokenizer, prompt, config.sink_tokens)
+        masked = [normalizer.mask(line) for line in lines]
+        preset = choose_preset(config.preset, total)
+        tokenizer = LineTokenizer(train_tokenizer(masked, PRESETS[preset].vocab_size))
+        miner = mine(masked)
+        prompt = pattern_prompt(miner.templates(), config.prompt_templates)
+        tokens = sum(map(len, tokenizer.encode_lines(masked)))
+        window = plan_window(tokens, config.window) if config.fit_window else config.window
+        sink_ids = prompt_ids(tokenizer, prompt, sink_budget(config, window))
         torch.manual_seed(config.seed)  # the initial weights too: --seed makes a run reproducible
-        model = build_model(config.preset, tokenizer, max_positions=len(sink_ids) + config.window)
+        model = build_model(preset, tokenizer, max_positions=len(sink_ids) + window)
+        known = [t.text for t in miner.templates()]
     else:
         # a copy: the earlier model keeps scoring its own chunk (prequential replay)
         model, tokenizer = copy.deepcopy(start_from.model), start_from.tokenizer
         normalizer = Normalizer.from_json(start_from.meta["mask_rules"])
-        prompt = start_from.meta["pattern_prompt"]
-        sink_ids = prompt_ids(tokenizer, prompt, config.sink_tokens)
-    examples = make_examples(train_streams, tokenizer, normalizer, config.window)
-    loss = fit(model, examples, sink_ids, config, progress)
+        prompt, window = start_from.meta["pattern_prompt"], start_from.meta["window"]
+        preset = start_from.meta["preset"]
+        sink_ids = prompt_ids(tokenizer, prompt, start_from.meta["sink_tokens"])
+        masked = [normalizer.mask(line) for line in lines]
+        known = [t.text for t in mine([*start_from.meta["templates"], *masked]).templates()]
+    examples = make_examples(train_streams, tokenizer, normalizer, window)
+    steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
+    loss = fit(model, examples, sink_ids, config, steps, progress)
     meta = {
-        "preset": config.preset,
-        "window": config.window,
-        "sink_tokens": config.sink_tokens,
+        "preset": preset,
+        "window": window,
+        "sink_tokens": len(sink_ids),
         "data_sha256": data_sha256(streams),
         "mask_rules": normalizer.to_json(),
         "pattern_prompt": prompt,
+        "templates": known[:MAX_TEMPLATES],
         "train_config": asdict(config),
-        "train_lines": sum(len(s.lines) for s in train_streams),
+        "train_lines": len(lines),
+        "heldout_lines": sum(len(s.lines) for s in heldout),
         "train_tokens": sum(len(ids) for ids, _ in examples),
+        "train_steps": steps,
+        "train_epochs": epochs,
         "final_loss": loss,
         "train_seconds": round(time.time() - started, 1),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "calibration": Calibration(config=config.scoring).to_json(),
     }
-    calibration = Calibration(
-        line_top_k=config.line_top_k,
-        line_quantile=config.line_quantile,
-        session_quantile=config.session_quantile,
-    )
-    detector = Detector(model, tokenizer, {**meta, "calibration": calibration.to_json()}, device="cpu")
-    meta["calibration"] = calibrate(detector, heldout, calibration).to_json()
+    detector = Detector(model, tokenizer, meta, device="cpu")
+    meta["calibration"] = calibrate(detector, heldout, config.scoring).to_json()
     return Trained(model, tokenizer, meta)
 
 
