@@ -6,6 +6,7 @@ Errors a user can fix are one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from logstream.alerts.alert import rfc3339
@@ -32,10 +33,9 @@ from logstream.inputs import (
     streams_from_sessions,
 )
 from logstream.model import PRESETS, ModelDirError
-from logstream.normalize import parse_level
 from logstream.records import Anomaly
-from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay
-from logstream.scoring import DEFAULT_LINE_TOP_K, severity
+from logstream.replay import ReplayOptions, ReplayProgress, ReplayReport, load_replay_input, run_replay
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, ScoringConfig, severity
 from logstream.synth import STREAM_KEY
 from logstream.train import TrainConfig, save, train
 
@@ -65,13 +65,40 @@ def _progress(disable: bool = False) -> Progress:
     )  # fmt: skip
 
 
-PresetOpt = Annotated[str, typer.Option(help=f"Model size: {', '.join(PRESETS)}.")]
-WindowOpt = Annotated[int, typer.Option(min=16, help="Rolling window L: ring slots per stream.")]
+PresetOpt = Annotated[
+    str,
+    typer.Option(
+        help=f"Model size: auto (tiny below 50,000 baseline lines, else small), {', '.join(PRESETS)}."
+    ),
+]
+WindowOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=16,
+        help="Rolling window L: ring slots per stream. Default: 2048, or less when the baseline is "
+        "too small to fill it 64 times.",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option(help="Random seed for training.")]
 EpochsOpt = Annotated[
     float, typer.Option(min=0.1, help="Passes over the training data (capped by --max-steps).")
 ]
 StepsOpt = Annotated[int, typer.Option(min=1, help="Upper bound on optimizer steps.")]
+MinStepsOpt = Annotated[
+    int, typer.Option(min=1, help="Lower bound on optimizer steps, so small baselines are learned.")
+]
+RateOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=1e-9, max=0.5,
+        help="Sensitivity: the share of normal lines allowed to alert (threshold = -log10 of it). "
+        f"Lower is quieter. Default: the model's ({DEFAULT_FALSE_ALARM_RATE:g}).",
+    ),
+]  # fmt: skip
+ThresholdOpt = Annotated[
+    float | None,
+    typer.Option(min=0.0, help="Alert above this score (-log10 p); overrides --false-alarm-rate."),
+]
 StreamKeyOpt = Annotated[
     str | None,
     typer.Option(help=r"Regex whose first group (or match) names a line's stream, e.g. 'blk_-?\d+'."),
@@ -82,13 +109,35 @@ FormatOpt = Annotated[
 
 
 def _train_config(
-    preset: str, window: int, seed: int, epochs: float, max_steps: int, line_top_k: int = DEFAULT_LINE_TOP_K
-) -> TrainConfig:
-    if preset not in PRESETS:
-        raise fail(f"--preset: unknown {preset!r}; expected one of {', '.join(PRESETS)}")
-    return TrainConfig(
-        preset=preset, window=window, seed=seed, epochs=epochs, max_steps=max_steps, line_top_k=line_top_k
+    preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
+    line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
+) -> TrainConfig:  # fmt: skip
+    if preset != "auto" and preset not in PRESETS:
+        raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESETS)}")
+    scoring = ScoringConfig(
+        line_top_k=line_top_k, false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE
     )
+    return TrainConfig(
+        preset=preset, window=window or TrainConfig.window, fit_window=window is None, seed=seed,
+        epochs=epochs, min_steps=min(min_steps, max_steps), max_steps=max_steps, scoring=scoring,
+    )  # fmt: skip
+
+
+def check_out_file(path: Path | None, option: str) -> None:
+    """Fail before any work when an output file cannot be written there."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise fail(f"{option}: {path} is a directory; give a file path")
+    if not path.parent.is_dir():
+        raise fail(f"{option}: folder {path.parent} does not exist")
+
+
+def check_out_dir(path: Path, option: str) -> None:
+    """A model directory: new (parents are created), or an existing directory; never a file."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise fail(f"{option}: {part} exists and is not a directory")
 
 
 @app.command("train")
@@ -97,12 +146,14 @@ def train_command(
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
     format: FormatOpt = Format.lines,
     only_normal: Annotated[bool, typer.Option(help="sessions format: keep only label-0 sessions.")] = False,
-    preset: PresetOpt = "small",
-    window: WindowOpt = 2048,
+    preset: PresetOpt = "auto",
+    window: WindowOpt = None,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 2.0,
+    min_steps: MinStepsOpt = 200,
     max_steps: StepsOpt = 2000,
     stream_key: StreamKeyOpt = None,
+    false_alarm_rate: RateOpt = None,
     line_top_k: Annotated[
         int,
         typer.Option(
@@ -111,7 +162,8 @@ def train_command(
     ] = DEFAULT_LINE_TOP_K,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
-    config = _train_config(preset, window, seed, epochs, max_steps, line_top_k)
+    config = _train_config(preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate)
+    check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
         raise fail("--only-normal needs --format sessions (labels live in the sessions)")
     stats = InputStats()
@@ -129,30 +181,53 @@ def train_command(
             progress=lambda step, steps, loss: progress.update(task, completed=step, total=steps, info=f"loss {loss:.3f}"),
         )  # fmt: skip
     save(trained, out)
-    calibration = trained.meta["calibration"]
     err.print(
-        f"wrote {out}: {trained.meta['train_lines']} lines, loss {trained.meta['final_loss']:.3f}, "
-        f"line threshold {calibration['line_threshold']:.3f}"
-        + (
-            f", session threshold {calibration['session_threshold']:.3f}"
-            if calibration["session_threshold"]
-            else ""
-        )
-        + (f", skipped {stats.as_dict()}" if stats.bad else ""),
+        train_summary(out, trained.meta) + (f", skipped {stats.as_dict()}" if stats.bad else ""),
         highlight=False,
+    )
+
+
+def train_summary(out: Path, meta: dict) -> str:
+    """What training did, in one line: data, schedule, loss, calibration."""
+    calibration = meta["calibration"]
+    rate = calibration["config"]["false_alarm_rate"]
+    return (
+        f"wrote {out}: trained on {meta['train_lines']} lines ({meta['train_tokens']} tokens, window "
+        f"{meta['window']}), {meta['train_steps']} steps = {meta['train_epochs']} epochs, final loss "
+        f"{meta['final_loss']:.3f}; calibrated on {calibration['heldout_lines']} held-out lines"
+        + (f" and {calibration['heldout_sessions']} sessions" if calibration["heldout_sessions"] else "")
+        + f"; alerts above score {-math.log10(rate):.2f} (false-alarm rate {rate:g})"
     )
 
 
 def print_report(report: ReplayReport, console: Console, top: int = 10) -> None:
     anomalies = sorted((u for u in report.units if u.is_anomaly), key=lambda u: -u.score)
+    if len(report.chunks) > 1:
+        chunks = Table(title="models of this replay (scores share one unit: -log10 p)")
+        for column in (
+            "scored items",
+            "trained on lines",
+            "steps",
+            "window",
+            "threshold",
+            "raw threshold (nats)",
+        ):
+            chunks.add_column(column)
+        for c in report.chunks:
+            chunks.add_row(
+                f"{c.first + 1}-{c.first + c.items}", str(c.train_lines), str(c.train_steps), str(c.window),
+                f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}",
+            )  # fmt: skip
+        console.print(chunks)
     table = Table(
-        title=f"top anomalies ({len(anomalies)} {report.unit}s over threshold {report.threshold:.3f})"
+        title=f"top anomalies ({len(anomalies)} {report.unit}s over threshold {report.threshold:.2f}, "
+        f"score = -log10 p of a normal {report.unit} scoring this high)"
     )
-    for column in ("score", "stream", report.unit, "most surprising tokens"):
+    for column in ("score", "raw", "stream", report.unit, "most surprising tokens"):
         table.add_column(column, overflow="fold")
     for u in anomalies[:top]:
         tokens = ", ".join(f"{t!r} {nll:.1f}" for t, nll in u.top_tokens)
-        table.add_row(f"{u.score:.2f}", u.stream, u.text[:160], tokens)
+        table.add_row(f"{u.score:.2f}", f"{u.raw:.2f}", u.stream, u.text[:160], tokens)
     console.print(table)
 
 
@@ -180,11 +255,14 @@ def replay_command(
             help="Without --model: 'first' trains on the first half and scores the rest; 'all' scores every line prequentially."
         ),
     ] = AutoTrain.first,
-    preset: PresetOpt = "small",
-    window: WindowOpt = 2048,
+    preset: PresetOpt = "auto",
+    window: WindowOpt = None,
     seed: SeedOpt = 0,
     epochs: EpochsOpt = 2.0,
+    min_steps: MinStepsOpt = 200,
     max_steps: StepsOpt = 2000,
+    false_alarm_rate: RateOpt = None,
+    threshold: ThresholdOpt = None,
     alerts: Annotated[
         Path | None,
         typer.Option(help="Alert routes file: also print the alerts on-call would have received."),
@@ -196,15 +274,27 @@ def replay_command(
     """Backtest: stream a file through the detector as if live, then show the top anomalies."""
     if deliver and alerts is None:
         raise fail("--deliver needs --alerts FILE")
+    check_out_file(out, "--out")
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
-        auto_train=auto_train.value, train_config=_train_config(preset, window, seed, epochs, max_steps),
+        auto_train=auto_train.value,
+        train_config=_train_config(preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate),
+        false_alarm_rate=false_alarm_rate, threshold=threshold,
     )  # fmt: skip
     data = load_replay_input(options)
     with _progress() as progress:
-        task = progress.add_task("scoring lines", total=None, info="")
-        report = run_replay(options, data, tick=lambda n: progress.advance(task, n))
+        task: list[TaskID] = []
+
+        def phase(description: str, total: int | None) -> None:
+            if task:
+                progress.stop_task(task[-1])
+            task.append(progress.add_task(description, total=total, info=""))
+
+        def advance(n: int, info: str) -> None:
+            progress.update(task[-1], advance=n, info=info)
+
+        report = run_replay(options, data, ReplayProgress(phase, advance))
     print_report(report, Console())
     if routes is not None:
         print_alerts(report, routes, deliver)
@@ -219,8 +309,8 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
     """Route the replay's anomalies (as if all seen now) and print one line per notification."""
     anomalies = [
         Anomaly(
-            stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.score,
-            severity=severity(u.score, u.threshold, parse_level(u.text)), level=parse_level(u.text),
+            stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
+            severity=severity(u.score, u.threshold, u.level), level=u.level,
             top_tokens=u.top_tokens, source="replay", offset=u.index,
         )
         for u in report.units if u.is_anomaly
@@ -281,12 +371,14 @@ def demo_command(
     err.print(f"demo: baseline {files.baseline}, incident log {files.incidents} (labels: {files.labels})")
     train_command(
         [files.baseline], out=out / "model", format=Format.lines, only_normal=False, preset=preset,
-        window=window, seed=0, epochs=100.0, max_steps=max_steps, stream_key=STREAM_KEY,
+        window=window, seed=0, epochs=100.0, min_steps=min(200, max_steps), max_steps=max_steps,
+        stream_key=STREAM_KEY, false_alarm_rate=None,
     )  # fmt: skip
     replay_command(
         files.incidents, model=out / "model", format=Format.lines, labels=files.labels, stream_key=STREAM_KEY,
         out=out / "scores.jsonl", json_output=False, auto_train=AutoTrain.first, preset=preset, window=window,
-        seed=0, epochs=2.0, max_steps=max_steps, alerts=None, deliver=False,
+        seed=0, epochs=2.0, min_steps=min(200, max_steps), max_steps=max_steps, false_alarm_rate=None,
+        threshold=None, alerts=None, deliver=False,
     )  # fmt: skip
 
 

@@ -3,20 +3,23 @@
 Without `--model` the detector is trained on the input itself, never on what it
 then scores:
 - `first` (default): train on the first TRAIN_FRACTION of the input, score the rest.
-- `all`: prequential. The input is cut into PREQUENTIAL_CHUNKS chunks; chunk k >= 1
-  is scored by the model trained (robustly, continued) on chunks 0..k-1, and
-  chunk 0 by a model trained on chunk 1. Every line is scored, none by a model
-  that has learned it.
+- `all`: prequential. The input is cut into chunks that double in size (`chunk_bounds`:
+  the first holds max(MIN_FIRST_CHUNK, n / 16) items, so 1k lines make 2 chunks, 2k lines 3 and
+  100k lines 5); chunk k >= 1 is scored by the model trained on chunks 0..k-1 (each
+  model continues the previous one on the newest chunk), and chunk 0 by a model
+  trained on chunk 1. Every line is scored, none by a model that has learned it.
+
+Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
+share one threshold; the report lists each chunk's model and its raw-score threshold.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +38,11 @@ from logstream.inputs import (
     streams_from_sessions,
 )
 from logstream.records import LogRecord
-from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1, session_score
+from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.train import Stream, TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
-PREQUENTIAL_CHUNKS = 4
+MIN_FIRST_CHUNK = 500
 LINE_BATCH = 1024  # lines per detector call (lines format)
 SESSION_BATCH = 64  # sessions per detector call (sessions format)
 
@@ -54,6 +57,8 @@ class ReplayOptions:
     out: Path | None = None
     auto_train: str = "first"  # "first" | "all" (only without --model)
     train_config: TrainConfig = field(default_factory=TrainConfig)
+    false_alarm_rate: float | None = None  # None: the model's own
+    threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
 
 
 @dataclass
@@ -62,15 +67,36 @@ class Unit:
 
     stream: str
     text: str  # the line, or the session's most surprising line
-    score: float
+    score: float  # calibrated, -log10 p
     threshold: float
     label: int | None
     top_tokens: tuple[tuple[str, float], ...] = ()
     index: int = 0  # line number (lines) or session number (sessions), 0-based
+    raw: float = 0.0  # nats: surprisal + severity prior + novelty
+    surprisal: float = 0.0  # nats/token, the model alone
+    level: str | None = None
+    novel: bool = False
+    chunk: int = 0  # which model scored it (prequential replay)
 
     @property
     def is_anomaly(self) -> bool:
         return self.score > self.threshold
+
+
+@dataclass(frozen=True)
+class ChunkModel:
+    """One model of a replay and what it scored: its thresholds, stated truthfully."""
+
+    first: int  # first scored item (0-based)
+    items: int
+    train_lines: int
+    train_steps: int
+    window: int
+    threshold: float  # -log10 p: the same for every chunk
+    raw_threshold: float  # the raw score (nats) that this chunk's threshold corresponds to
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 @dataclass
@@ -83,6 +109,7 @@ class ReplayReport:
     peak_cache_bytes: int
     bad_input: dict[str, int]
     unit: str  # "line" | "session"
+    chunks: list[ChunkModel] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         scores = np.array([u.score for u in self.units])
@@ -93,6 +120,9 @@ class ReplayReport:
             "scored": len(self.units),
             "anomalies": sum(u.is_anomaly for u in self.units),
             "threshold": round(self.threshold, 4),
+            "score_unit": "-log10 p",
+            "false_alarms_per_1000": None,
+            "chunks": [c.to_json() for c in self.chunks],
             "lines_per_second": round(self.lines / self.seconds, 1) if self.seconds else None,
             "peak_cache_bytes": self.peak_cache_bytes,
             "bad_input": self.bad_input,
@@ -102,6 +132,10 @@ class ReplayReport:
             y = np.array(labels)
             flagged = np.array([u.score - u.threshold for u in self.units])  # > 0 = flagged
             precision, recall, f1 = precision_recall_f1(flagged, y, 0.0)
+            negatives = int((y == 0).sum())
+            out["false_alarms_per_1000"] = (
+                round(1000 * int(((flagged > 0) & (y == 0)).sum()) / negatives, 2) if negatives else None
+            )
             out |= {
                 "precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4),
                 "best_f1": round(best_f1(scores, y), 4),
@@ -117,23 +151,23 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 class _Scorer:
-    """Drives a detector over records or sessions, keeping peak cache bytes."""
+    """Drives one chunk's detector over records or sessions, keeping peak cache bytes."""
 
-    def __init__(self, detector: Detector, tick: Callable[[int], None]) -> None:
-        self.detector, self.tick, self.peak_cache_bytes = detector, tick, 0
+    def __init__(self, detector: Detector, chunk: int, tick: Callable[[int], None]) -> None:
+        self.detector, self.chunk, self.tick, self.peak_cache_bytes = detector, chunk, tick, 0
 
     def lines(
         self, lines: list[str], first_index: int, streams: list[str], labels: list[int] | None
     ) -> list[Unit]:
         units = []
         records = [
-            LogRecord(line=line, stream=s, offset=first_index + i)
+            LogRecord(line=line, stream=s, source="replay", offset=first_index + i)
             for i, (line, s) in enumerate(zip(lines, streams, strict=True))
         ]
         for batch in _batches(records, LINE_BATCH):
             for scored in self.detector.score(batch):
                 i = scored.record.offset
-                units.append(self._unit(scored, labels[i] if labels else None, i))
+                units.append(self._unit(scored, scored.score, labels[i] if labels else None, i))
             self.peak_cache_bytes = max(self.peak_cache_bytes, self.detector.cache_bytes)
             self.tick(len(batch))
         for stream in set(streams):
@@ -142,9 +176,9 @@ class _Scorer:
 
     def sessions(self, sessions: list[Session], first_index: int) -> list[Unit]:
         units = []
-        threshold = self.detector.calibration.session_threshold or self.detector.threshold
+        calibration = self.detector.calibration
         for offset, batch in enumerate(_batches(sessions, SESSION_BATCH)):
-            records = [LogRecord(line=line, stream=s.id) for s in batch for line in s.lines]
+            records = [LogRecord(line=line, stream=s.id, source="replay") for s in batch for line in s.lines]
             scored = self.detector.score(records)
             self.peak_cache_bytes = max(self.peak_cache_bytes, self.detector.cache_bytes)
             by_session: dict[str, list[ScoredLine]] = {}
@@ -153,32 +187,44 @@ class _Scorer:
             for j, session in enumerate(batch):
                 lines = by_session.get(session.id, [])
                 end = self.detector.close(session.id)
-                score = session_score([s.score for s in lines], end.score if end else None)
+                score = calibration.session_score([s.score for s in lines], end.score if end else None)
                 worst = max([*lines, *([end] if end else [])], key=lambda s: s.score, default=None)
-                units.append(Unit(
-                    stream=session.id, text=worst.record.line if worst else "", score=score,
-                    threshold=threshold, label=session.label,
-                    top_tokens=worst.top_tokens if worst else (),
-                    index=first_index + offset * SESSION_BATCH + j,
-                ))  # fmt: skip
+                index = first_index + offset * SESSION_BATCH + j
+                if worst is not None:
+                    units.append(self._unit(worst, score, session.label, index, stream=session.id))
             self.tick(len(records))
         return units
 
-    @staticmethod
-    def _unit(scored: ScoredLine, label: int | None, index: int) -> Unit:
+    def _unit(
+        self, scored: ScoredLine, score: float, label: int | None, index: int, stream: str | None = None
+    ) -> Unit:
         return Unit(
-            stream=scored.record.stream, text=scored.record.line, score=scored.score,
+            stream=stream or scored.record.stream, text=scored.record.line, score=score,
             threshold=scored.threshold, label=label, top_tokens=scored.top_tokens, index=index,
+            raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
+            chunk=self.chunk,
         )  # fmt: skip
 
 
-def _train_on(streams: list[Stream], config: TrainConfig, start_from: Trained | None = None) -> Detector:
-    trained = train(streams, config, start_from=start_from)
-    return Detector(trained.model, trained.tokenizer, trained.meta, model_id="replay-auto-train")
+def chunk_bounds(n: int) -> list[int]:
+    """Prequential chunk boundaries: the first chunk max(MIN_FIRST_CHUNK, n / 16) items, then
+    each chunk as long as all before it (so a model has always seen half of what it scores);
+    a remainder shorter than half a chunk joins the last chunk."""
+    bounds = [0, min(max(MIN_FIRST_CHUNK, n // 16), n)]
+    while bounds[-1] < n:
+        doubled = 2 * bounds[-1]
+        bounds.append(doubled if n - doubled >= bounds[-1] // 2 else n)
+    if len(bounds) == 2 and n > 1:  # too short to chunk: two halves
+        bounds = [0, n // 2, n]
+    return bounds
 
 
-def _trained_parts(detector: Detector) -> Trained:
-    return Trained(detector.engine.model, detector.tokenizer, detector.meta)
+@dataclass
+class ReplayProgress:
+    """Callbacks for the long phases: `phase(description, total)` starts one, `advance(n, info)`."""
+
+    phase: Callable[[str, int | None], None] = lambda description, total: None
+    advance: Callable[[int, str], None] = lambda n, info: None
 
 
 @dataclass
@@ -201,68 +247,134 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
     else:
         items = read_lines(options.input, stats)
     labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
-    detector = Detector.load(options.model) if options.model is not None else None
+    detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
     return ReplayInput(items, labels, key, stats, detector)
 
 
+def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
+    return {"false_alarm_rate": options.false_alarm_rate, "threshold": options.threshold}
+
+
+@dataclass
+class Part:
+    """Items scored by one model, and the items [start, stop) it was trained on (None: --model)."""
+
+    first: int
+    items: list[Any]
+    detector: Detector
+    trained_on: tuple[int, int] | None = None
+
+
+def to_streams(options: ReplayOptions, data: ReplayInput, items: list[Any]) -> list[Stream]:
+    if options.format == "sessions":
+        return streams_from_sessions(items)
+    return streams_from_lines(items, data.key)
+
+
+def _train_part(
+    streams: list[Stream],
+    options: ReplayOptions,
+    progress: ReplayProgress,
+    what: str,
+    start_from: Trained | None,
+) -> tuple[Trained, Detector]:
+    progress.phase(f"training {what}", None)
+    trained = train(
+        streams, options.train_config, start_from=start_from,
+        progress=lambda step, steps, loss: progress.advance(1, f"step {step}/{steps} loss {loss:.3f}"),
+    )  # fmt: skip
+    detector = Detector(
+        trained.model, trained.tokenizer, trained.meta, model_id="replay-auto-train", **_sensitivity(options)
+    )
+    return trained, detector
+
+
+def train_parts(
+    options: ReplayOptions, data: ReplayInput, progress: ReplayProgress | None = None
+) -> list[Part]:
+    """The models of a replay: --model, or trained on the input (`first` or prequential `all`)."""
+    progress = progress or ReplayProgress()
+    items = data.items
+    if data.detector is not None:
+        return [Part(0, items, data.detector)]
+    if options.auto_train == "first":
+        cut = int(len(items) * TRAIN_FRACTION)
+        baseline = to_streams(options, data, items[:cut])
+        _, detector = _train_part(baseline, options, progress, f"on items 1-{cut}", None)
+        return [Part(cut, items[cut:], detector, (0, cut))]
+    bounds = chunk_bounds(len(items))
+    n = len(bounds) - 1
+    baseline = to_streams(options, data, items[bounds[1] : bounds[2]])
+    _, detector = _train_part(baseline, options, progress, f"chunk 1/{n} (to score chunk 0)", None)
+    parts = [Part(0, items[: bounds[1]], detector, (bounds[1], bounds[2]))]
+    trained = None
+    for k in range(1, n):
+        baseline = to_streams(options, data, items[bounds[k - 1] : bounds[k]])
+        what = f"model {k}/{n - 1} on chunk {k - 1}" + (" (continued)" if trained else "")
+        trained, detector = _train_part(baseline, options, progress, what, trained)
+        parts.append(Part(bounds[k], items[bounds[k] : bounds[k + 1]], detector, (bounds[k - 1], bounds[k])))
+    return parts
+
+
 def run_replay(
-    options: ReplayOptions, data: ReplayInput, tick: Callable[[int], None] = lambda n: None
+    options: ReplayOptions, data: ReplayInput, progress: ReplayProgress | None = None
 ) -> ReplayReport:
     """Score the input as if it were live; train on it first when no model is given."""
-    items, labels, key, stats = data.items, data.labels, data.key, data.stats
-    config = options.train_config
-    if options.format == "sessions":
-        to_streams: Callable[[list[Any]], list[Stream]] = streams_from_sessions
-    else:
-        to_streams = lambda lines: streams_from_lines(lines, key)  # noqa: E731
+    return score_parts(options, data, train_parts(options, data, progress), progress)
 
-    # (first index, items, detector) per part scored by one model
-    if data.detector is not None:
-        parts = [(0, items, data.detector)]
-    elif options.auto_train == "first":
-        cut = int(len(items) * TRAIN_FRACTION)
-        parts = [(cut, items[cut:], _train_on(to_streams(items[:cut]), config))]
-    else:
-        bounds = np.linspace(0, len(items), PREQUENTIAL_CHUNKS + 1).astype(int)
-        chunks = [items[a:b] for a, b in itertools.pairwise(bounds)]
-        parts = [(0, chunks[0], _train_on(to_streams(chunks[1]), config))]
-        detector = None
-        for k in range(1, PREQUENTIAL_CHUNKS):
-            start = _trained_parts(detector) if detector else None
-            detector = _train_on(to_streams(chunks[k - 1]), config, start_from=start)
-            parts.append((int(bounds[k]), chunks[k], detector))
 
+def score_parts(
+    options: ReplayOptions, data: ReplayInput, parts: list[Part], progress: ReplayProgress | None = None
+) -> ReplayReport:
+    """Stream each part through its detector, in order, and report."""
+    progress = progress or ReplayProgress()
     started = time.perf_counter()
     units: list[Unit] = []
     peak = scored_lines = 0
     stream_names: set[str] = set()
-    for first, part, detector in parts:
-        scorer = _Scorer(detector, tick)
+    models: list[ChunkModel] = []
+    items = data.items
+    total = sum(len(s.lines) for s in items) if options.format == "sessions" else len(items)
+    progress.phase("scoring lines", total)
+    for k, part in enumerate(parts):
+        scorer = _Scorer(part.detector, k, lambda n: progress.advance(n, ""))
         if options.format == "sessions":
-            units += scorer.sessions(part, first)
-            stream_names.update(s.id for s in part)
-            scored_lines += sum(len(s.lines) for s in part)
+            units += scorer.sessions(part.items, part.first)
+            stream_names.update(s.id for s in part.items)
+            scored_lines += sum(len(s.lines) for s in part.items)
         else:
-            streams = [stream_of(line, key) for line in part]
-            units += scorer.lines(part, first, streams, labels)
+            streams = [stream_of(line, data.key) for line in part.items]
+            units += scorer.lines(part.items, part.first, streams, data.labels)
             stream_names.update(streams)
-            scored_lines += len(part)
+            scored_lines += len(part.items)
         peak = max(peak, scorer.peak_cache_bytes)
+        models.append(_chunk_model(part.detector, part.first, len(part.items)))
     seconds = time.perf_counter() - started
     report = ReplayReport(
-        units=units, lines=scored_lines, streams=len(stream_names),
-        threshold=units[-1].threshold if units else parts[-1][2].threshold,
-        seconds=seconds, peak_cache_bytes=peak, bad_input=stats.as_dict(),
-        unit="session" if options.format == "sessions" else "line",
+        units=units, lines=scored_lines, streams=len(stream_names), threshold=parts[-1].detector.threshold,
+        seconds=seconds, peak_cache_bytes=peak, bad_input=data.stats.as_dict(),
+        unit="session" if options.format == "sessions" else "line", chunks=models,
     )  # fmt: skip
     if options.out:
         write_scores(report, options.out)
     return report
 
 
+def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
+    line_tail = detector.online.fit if detector.online else detector.calibration.line
+    rate = 10**-detector.threshold
+    return ChunkModel(
+        first=first, items=items, train_lines=detector.meta.get("train_lines", 0),
+        train_steps=detector.meta.get("train_steps", 0), window=detector.engine.window,
+        threshold=detector.threshold,
+        raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
+    )  # fmt: skip
+
+
 def write_scores(report: ReplayReport, path: Path) -> None:
     with path.open("w", encoding="utf-8") as f:
         for u in report.units:
             row = {"index": u.index, "stream": u.stream, "score": round(u.score, 4), "threshold": round(u.threshold, 4),
-                   "anomaly": u.is_anomaly, "label": u.label, "text": u.text}  # fmt: skip
+                   "anomaly": u.is_anomaly, "raw": round(u.raw, 4), "surprisal": round(u.surprisal, 4),
+                   "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "text": u.text}  # fmt: skip
             f.write(json.dumps(row) + "\n")

@@ -46,6 +46,7 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from logstream.alerts.config import AlertConfigError
+from logstream.alerts.outbox import OutboxError
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.consumers.kafka import Batch, KafkaSource
@@ -91,7 +92,8 @@ class AuditLog:
                 "offset": line.record.offset,
                 "stream": line.record.stream,
                 "kind": line.kind,
-                "score": round(line.score, 4),
+                "score": round(line.score, 4),  # -log10 p, the one unit
+                "surprisal": round(line.surprisal, 4),  # nats, the model alone
                 "anomaly": line.is_anomaly,
             }
             self._file.write(json.dumps(entry) + "\n")
@@ -367,6 +369,8 @@ async def serve(settings: ServeSettings) -> int:
             settings.model.dir,
             device=settings.model.device,
             window=settings.model.window,
+            false_alarm_rate=settings.model.false_alarm_rate,
+            threshold=settings.model.threshold,
         )
         health.model_loaded = True
         log.info("model loaded", model_id=detector.model_id, threshold=detector.threshold)
@@ -400,7 +404,7 @@ def main(config_path: Path | str | None, check: bool = False) -> int:
     configure_logging(settings.log_format, settings.log_level)
     try:
         return asyncio.run(serve(settings))
-    except (ModelDirError, SettingsError, AlertConfigError) as exc:
+    except (ModelDirError, SettingsError, AlertConfigError, OutboxError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaError as exc:

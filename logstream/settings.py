@@ -59,6 +59,11 @@ class ModelSettings(_Section):
     # torch intra-op threads on CPU; None = torch's default (one per core). A tiny or small
     # model on a busy CPU scores several times faster with 1 (see docs/serve.md).
     threads: int | None = Field(default=None, gt=0)
+    # Sensitivity: the share of normal lines allowed to alert (scores are -log10 p, so the
+    # threshold is -log10 of it); None = the rate saved with the model.
+    false_alarm_rate: float | None = Field(default=None, gt=0, lt=1)
+    # Or the threshold itself in -log10 p; overrides false_alarm_rate.
+    threshold: float | None = Field(default=None, ge=0)
 
 
 class KafkaSettings(_Section):

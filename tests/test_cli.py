@@ -57,7 +57,9 @@ def test_train_writes_a_model_directory(cli_model: Path) -> None:
     ):
         assert key in meta
     assert meta["preset"] == "tiny" and meta["window"] == 64
-    assert meta["calibration"]["line_threshold"] > 0
+    assert (
+        meta["calibration"]["line"]["samples"] > 0 and meta["calibration"]["config"]["false_alarm_rate"] > 0
+    )
 
 
 def test_replay_json_summary_with_labels(cli_model: Path, tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""One score unit for every model and chunk, and detection from a small raw baseline.
+
+Scores are -log10 P(a normal line scores this high): a threshold means the same false-alarm
+rate whatever model, chunk or stream produced the score (docs/quality.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logstream.detector import Detector
+from logstream.incidents import inject
+from logstream.inputs import streams_from_lines
+from logstream.records import LogRecord
+from logstream.synth import STREAM_KEY, generate_lines
+from logstream.train import TrainConfig, train
+
+LINUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub" / "Linux_2k.log"
+
+
+@pytest.fixture(scope="module")
+def prequential(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
+    """`replay --auto-train all` of a clean 1,200-line synthetic log: two chunks, two models."""
+    tmp = tmp_path_factory.mktemp("prequential")
+    log = tmp / "clean.log"
+    log.write_text("\n".join(generate_lines(1200, seed=21).lines) + "\n")
+    scores = tmp / "scores.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "replay", str(log), "--auto-train", "all", "--preset", "tiny",
+         "--window", "64", "--min-steps", "120", "--max-steps", "120", "--out", str(scores), "--json"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    return summary, [json.loads(line) for line in scores.read_text().splitlines()]
+
+
+def test_auto_train_all_reports_one_threshold_unit(prequential: tuple[dict, list[dict]]) -> None:
+    """Every chunk's model has the same threshold in -log10 p (its raw-score threshold differs),
+    and every scored line is judged against it."""
+    summary, rows = prequential
+    chunks = summary["chunks"]
+    assert summary["score_unit"] == "-log10 p" and len(chunks) == 2
+    assert {c["threshold"] for c in chunks} == {summary["threshold"]} == {3.0}
+    assert chunks[0]["raw_threshold"] != chunks[1]["raw_threshold"]
+    assert {r["threshold"] for r in rows} == {3.0}
+    assert all(r["anomaly"] == (r["score"] > r["threshold"]) for r in rows)
+
+
+@pytest.fixture(scope="module")
+def two_models(synthetic_model_dir: Path) -> list[Detector]:
+    """The shared test model and one trained differently (window, seed, data, steps): their raw
+    surprisals differ, their calibrated scores should not."""
+    key = re.compile(STREAM_KEY)
+    other = train(
+        streams_from_lines(generate_lines(3000, seed=9).lines, key),
+        TrainConfig(preset="tiny", window=64, seed=2, min_steps=300, max_steps=300, batch_size=16),
+    )
+    return [
+        Detector.load(synthetic_model_dir, device="cpu"),
+        Detector(other.model, other.tokenizer, other.meta, device="cpu"),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate", [0.2, 0.05])
+def test_two_models_flag_normal_lines_at_the_same_rate(two_models: list[Detector], rate: float) -> None:
+    """On the same 2,000 fresh normal lines, each model puts about `rate` of them above the
+    score -log10(rate) (within a factor of 2): a threshold means the same for both."""
+    key = re.compile(STREAM_KEY)
+    lines = generate_lines(2000, seed=31).lines
+    for detector in two_models:
+        detector.reset()
+        scored = detector.score([LogRecord(line=line, stream=key.search(line).group(1)) for line in lines])
+        share = float(np.mean([s.score > -np.log10(rate) for s in scored]))
+        assert rate / 2 <= share <= rate * 2, f"{detector.meta['window']=}: {share:.3f} above p = {rate}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX.is_file(), reason=f"shared loghub data not found at {LINUX}")
+def test_a_1000_line_baseline_flags_the_injected_oom() -> None:
+    """With every default, 1,000 lines of a real syslog train a model that flags an injected
+    `Out of memory: Kill process` line in the lines that follow, and stays mostly quiet."""
+    lines = LINUX.read_text(encoding="utf-8", errors="replace").splitlines()
+    trained = train(streams_from_lines(lines[:1000], None), TrainConfig())
+    assert trained.meta["train_steps"] >= TrainConfig().min_steps
+    detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu")
+    later = inject(lines[1000:1400], seed=5, per_kind=1)
+    scored = detector.score([LogRecord(line=line) for line in later.lines])
+    oom = [s for s in scored if "Out of memory" in s.record.line]
+    assert oom and all(s.is_anomaly for s in oom), [(s.score, s.record.line) for s in oom]
+    normal = [s.is_anomaly for s, label in zip(scored, later.labels, strict=True) if label == 0]
+    assert np.mean(normal) <= 0.02
