@@ -39,7 +39,7 @@ def main() -> None:
     baseline = generate_lines(2000, seed=1, web_hosts=args.hosts)
     trained = train(
         streams_from_lines(baseline.lines, key),
-        TrainConfig(preset=args.preset, window=args.window, max_steps=20, batch_size=4),
+        TrainConfig(preset=args.preset, window=args.window, fit_window=False, max_steps=20, batch_size=4),
     )
     detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu", max_streams=64)
     log = generate_lines(args.lines, seed=2, web_hosts=args.hosts)

@@ -1,0 +1,220 @@
+"""Detection on raw, unlabeled logs: the dev sets of docs/quality.md, side by side.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/unsupervised_quality.py [--out runs/unsupervised]
+
+What a new user's first backtest does, with every default: `logstream replay FILE
+--auto-train all` (prequential: every line scored by a model that never saw it). The dev
+sets are loghub's Linux, OpenSSH and Thunderbird samples with seeded, real-looking
+incidents injected (`logstream.incidents`), and Thunderbird as it is: a clean real log,
+where every flag is a false alarm.
+
+For each set it prints line AUC-PR, F1 and false alarms per 1,000 normal lines at the
+default sensitivity, for:
+- logstream (defaults), and logstream with each piece removed (ablations): the calibrated
+  unit (raw nats, each model's own quantile threshold), the GPD tail (empirical tail
+  only), severity from content (level field only), and novelty;
+- peers without a model: a severity-only rule (error/critical words or level), Drain
+  rarity offline (template frequency over the whole file) and online (so far), and
+  severity then online rarity.
+Peers' F1 uses the same unit: a template's rarity p = its share of lines, flagged at
+p < the default false-alarm rate; the severity rule flags error and critical lines.
+HDFS (clean and contaminated baselines) comes from `benchmarks/hdfs_quality.py`; its
+results are included when their JSON is in --hdfs-runs.
+
+Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
+The last stdout line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from logstream.detector import Detector
+from logstream.incidents import INCIDENT_KINDS, inject, strip_label_column
+from logstream.inputs import InputStats
+from logstream.model import save_model_dir
+from logstream.normalize import Normalizer
+from logstream.patterns import PatternMiner
+from logstream.replay import (
+    Part,
+    ReplayInput,
+    ReplayOptions,
+    ReplayProgress,
+    score_parts,
+    to_streams,
+    train_parts,
+)
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, ScoringConfig, auc_pr, precision_recall_f1
+from logstream.severity import SEVERITY_RANK, line_severity
+from logstream.train import TrainConfig, calibrate, heldout_split
+
+LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
+HDFS_KEYS = ("f1", "precision", "recall", "auc_pr")
+
+
+@dataclass(frozen=True)
+class DevSet:
+    name: str
+    file: str
+    seed: int | None  # None: no injection (a clean log)
+    label_column: bool = False  # Thunderbird's first column is its alert label
+
+
+DEV_SETS = (
+    DevSet("linux", "Linux_2k.log", seed=1),
+    DevSet("openssh", "OpenSSH_2k.log", seed=2),
+    DevSet("thunderbird", "Thunderbird_2k.log", seed=3, label_column=True),
+    DevSet("thunderbird-clean", "Thunderbird_2k.log", seed=None, label_column=True),
+)
+
+# name -> changes to the default ScoringConfig (the ablations of issue 10's points 1-4)
+VARIANTS: dict[str, dict[str, object]] = {
+    "logstream": {},
+    "- calibrated unit (raw nats, per-model quantile)": {"tail_model": "raw"},
+    "- GPD tail (empirical tail only)": {"tail_model": "empirical"},
+    "- severity from content (level field only)": {"content_severity": False},
+    "- novelty": {"novelty": 0.0},
+}
+
+
+def load_set(dev: DevSet, data: Path) -> tuple[list[str], list[int], list[str | None]]:
+    lines = (data / dev.file).read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = [strip_label_column(line) if dev.label_column else line for line in lines if line.strip()]
+    if dev.seed is None:
+        return lines, [0] * len(lines), [None] * len(lines)
+    log = inject(lines, seed=dev.seed)
+    return log.lines, log.labels, log.kinds
+
+
+def cached_parts(options: ReplayOptions, data: ReplayInput, cache: Path) -> list[Part]:
+    """The prequential chunk models (`--auto-train all`), trained once and kept in `cache`."""
+    index = cache / "parts.json"
+    if index.is_file():
+        return [
+            Part(first, data.items[first : first + n], Detector.load(cache / f"part-{k}"), (lo, hi))
+            for k, (first, n, lo, hi) in enumerate(json.loads(index.read_text()))
+        ]
+    progress = ReplayProgress(phase=lambda description, total: print(f"  {description}", flush=True))
+    parts = train_parts(options, data, progress)
+    for k, part in enumerate(parts):
+        d = part.detector
+        save_model_dir(cache / f"part-{k}", d.engine.model, d.tokenizer, d.meta)
+    index.write_text(json.dumps([[p.first, len(p.items), *p.trained_on] for p in parts]))
+    return parts
+
+
+def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
+    negatives = int((labels == 0).sum())
+    out: dict[str, float | None] = {
+        "false_alarms_per_1000": round(1000 * int((flagged & (labels == 0)).sum()) / negatives, 2),
+        "auc_pr": None,
+        "f1": None,
+        "recall": None,
+    }
+    if labels.sum():
+        _, recall, f1 = precision_recall_f1(flagged.astype(float), labels, 0.5)
+        out |= {"auc_pr": round(auc_pr(scores, labels), 3), "f1": round(f1, 3), "recall": round(recall, 3)}
+    return out
+
+
+def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) -> dict[str, dict]:
+    options = ReplayOptions(input=Path("-"))
+    labels = np.array(data.labels)
+    results = {}
+    for name, changes in VARIANTS.items():
+        config = replace(ScoringConfig(), **changes)
+        for part in parts:
+            assert part.trained_on is not None
+            _, heldout = heldout_split(
+                to_streams(options, data, data.items[slice(*part.trained_on)]), TrainConfig()
+            )
+            calibrate(part.detector, heldout, config)
+        report = score_parts(options, data, parts)
+        scores = np.array([u.score for u in report.units])
+        flagged = np.array([u.is_anomaly for u in report.units])
+        lab = labels[[u.index for u in report.units]]
+        results[name] = evaluate(scores, flagged, lab)
+        if name == "logstream":
+            results[name]["caught"] = {
+                kind: f"{sum(f for f, k in zip(flagged, kinds, strict=True) if k == kind)}/{kinds.count(kind)}"
+                for kind in INCIDENT_KINDS
+                if kind in kinds
+            }
+    return results
+
+
+def peers(lines: list[str], labels: np.ndarray) -> dict[str, dict]:
+    """Rule-based peers: no model, the same lines and labels."""
+    normalizer = Normalizer()
+    masked = [normalizer.mask(line) for line in lines]
+    offline = PatternMiner()
+    template_of = [offline.add(m).template_id for m in masked]
+    counts = Counter(template_of)
+    online, seen = PatternMiner(), Counter()
+    online_p = []
+    for i, m in enumerate(masked, start=1):
+        t = online.add(m).template_id
+        seen[t] += 1
+        online_p.append(seen[t] / i)
+    rank = np.array([SEVERITY_RANK.get(line_severity(line) or "", 0) for line in lines], dtype=float)
+    offline_p = np.array([counts[t] / len(lines) for t in template_of])
+    online_p_arr = np.array(online_p)
+    limit = DEFAULT_FALSE_ALARM_RATE
+    online_rarity = -np.log10(online_p_arr)
+    return {
+        "severity rule": evaluate(rank, rank >= SEVERITY_RANK["error"], labels),
+        "Drain rarity (offline)": evaluate(-np.log10(offline_p), offline_p < limit, labels),
+        "Drain rarity (online)": evaluate(online_rarity, online_p_arr < limit, labels),
+        "severity, then online rarity": evaluate(
+            rank * 10 + np.minimum(online_rarity, 9.99),
+            (rank >= SEVERITY_RANK["error"]) & (online_p_arr < math.sqrt(limit)),
+            labels,
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=LOGHUB)
+    parser.add_argument("--out", type=Path, default=Path("runs/unsupervised"))
+    parser.add_argument("--hdfs-runs", type=Path, default=Path("runs"))
+    parser.add_argument("--sets", nargs="*", default=[d.name for d in DEV_SETS])
+    args = parser.parse_args()
+
+    results: dict[str, dict] = {}
+    for dev in DEV_SETS:
+        if dev.name not in args.sets:
+            continue
+        started = time.time()
+        print(f"{dev.name}:", flush=True)
+        lines, labels, kinds = load_set(dev, args.data)
+        data = ReplayInput(lines, labels, None, InputStats(), None)
+        parts = cached_parts(ReplayOptions(input=Path(dev.file), auto_train="all"), data, args.out / dev.name)
+        table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
+        results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}
+        print(f"  {len(lines)} lines, {sum(labels)} injected, {time.time() - started:.0f} s")
+        for name, row in table.items():
+            print(f"  {name:50s} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    for name in ("hdfs", "hdfs-contaminated"):
+        path = args.hdfs_runs / name / "results.json"
+        if path.is_file():
+            hdfs = json.loads(path.read_text())
+            results[name] = {k: hdfs["sinks=patterns top_k=3"][k] for k in HDFS_KEYS} | {
+                "ceiling_f1": hdfs["ceiling_f1"]
+            }
+            print(f"{name}: {results[name]}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
