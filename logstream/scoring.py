@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
-from logstream.tail import TailFit, fit_tail, reference_sample
+from logstream.tail import TailFit, finite_list, fit_tail, reference_sample
 
 # Priors in nats, added to the model's surprisal (docs/quality.md weighs them).
 DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
@@ -71,6 +71,16 @@ class ScoringConfig:
     refit_every: int = 500  # online refit (DSPOT-style) every N unflagged lines; 0 = never
 
     def __post_init__(self) -> None:
+        for name, kind in (("line_top_k", int), ("refit_every", int), ("content_severity", bool)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name}: expected {kind.__name__}, got {type(getattr(self, name)).__name__}")
+        for name in ("novelty", "false_alarm_rate"):
+            finite_list([getattr(self, name)], name)
+        if not isinstance(self.severity_prior, dict) or not isinstance(self.failure_words, dict):
+            raise TypeError("severity_prior and failure_words: expected mappings")
+        finite_list(list(self.severity_prior.values()), "severity_prior")
+        if self.refit_every < 0:
+            raise ValueError(f"refit_every: {self.refit_every} is negative")
         if self.tail_model not in TAIL_MODELS:
             raise ValueError(f"tail_model: unknown {self.tail_model!r}; expected one of {TAIL_MODELS}")
         if not 0 < self.false_alarm_rate < 1:
@@ -144,14 +154,24 @@ class Calibration:
 
     @classmethod
     def from_json(cls, data: dict) -> Calibration:
+        """A saved calibration; raises ValueError/TypeError/KeyError on bad content."""
+        unknown = set(data) - {*FITS, *REFERENCES, "heldout_lines", "heldout_sessions", "config"}
+        if unknown:
+            raise ValueError(f"unknown calibration fields: {sorted(unknown)}")
         fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
-        return cls(**{**data, **fits, "config": ScoringConfig(**data["config"])})
+        references = {name: sorted(finite_list(data[name], name)) for name in REFERENCES}
+        counts = {name: int(data[name]) for name in ("heldout_lines", "heldout_sessions")}
+        config = data["config"]
+        if not isinstance(config, dict):
+            raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
+        return cls(config=ScoringConfig(**config), **fits, **references, **counts)
 
     def with_config(self, **changes: object) -> Calibration:
         return replace(self, config=replace(self.config, **changes))
 
 
 FITS = ("line", "end", "session")
+REFERENCES = ("line_reference", "end_reference", "session_reference")
 
 
 def _tail_score(fit: TailFit | None, tail_model: str, reference: list[float], raw: float) -> float:

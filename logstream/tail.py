@@ -99,7 +99,35 @@ class TailFit:
 
     @classmethod
     def from_json(cls, data: dict) -> TailFit:
-        return cls(**{**data, "body": tuple(float(b) for b in data["body"])})
+        """A saved fit; raises ValueError/TypeError naming the first bad field."""
+        fit = cls(
+            u=_finite(data["u"], "u"),
+            peak_share=_finite(data["peak_share"], "peak_share"),
+            sigma=_finite(data["sigma"], "sigma"),
+            xi=_finite(data["xi"], "xi"),
+            body=tuple(_finite(b, "body") for b in data["body"]),
+            samples=int(data["samples"]),
+        )
+        if not 0 < fit.peak_share <= 1 or fit.sigma <= 0 or not XI_MIN <= fit.xi <= XI_MAX:
+            raise ValueError(f"tail fit out of range: peak_share {fit.peak_share}, sigma {fit.sigma}, xi {fit.xi}")
+        if len(fit.body) != BODY_POINTS or list(fit.body) != sorted(fit.body):
+            raise ValueError(f"tail fit body: expected {BODY_POINTS} ascending scores")
+        return fit
+
+
+def finite_list(values: object, name: str) -> list[float]:
+    """A list of finite floats, or ValueError/TypeError naming `name`."""
+    if not isinstance(values, list):
+        raise TypeError(f"{name}: expected a list of numbers, got {type(values).__name__}")
+    return [_finite(v, name) for v in values]
+
+
+def _finite(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: {value} is not finite")
+    return float(value)
 
 
 def _body_survival(peak_share: float) -> np.ndarray:
