@@ -40,6 +40,9 @@ INFLIGHT_LINES = Gauge("logstream_inflight_lines", "Lines fetched and not yet co
 PAUSED_PARTITIONS = Gauge("logstream_paused_partitions", "Partitions paused for backpressure.")
 ASSIGNED_PARTITIONS = Gauge("logstream_assigned_partitions", "Partitions this consumer owns.")
 TRACKED_STREAMS = Gauge("logstream_tracked_streams", "Streams tracked for the idle timeout.")
+TEMPLATES = Gauge(
+    "logstream_templates", "Log templates the miner holds (least recently used beyond its cap are forgotten)."
+)
 TRACKED_STREAM_EVICTIONS = Counter(
     "logstream_tracked_stream_evictions",
     "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",

@@ -4,10 +4,11 @@ Without `--model` the detector is trained on the input itself, never on what it
 then scores:
 - `first` (default): train on the first TRAIN_FRACTION of the input, score the rest.
 - `all`: prequential. The input is cut into chunks that double in size (`chunk_bounds`:
-  the first holds max(MIN_FIRST_CHUNK, n / 16) items, so 1k lines make 2 chunks, 2k lines 3 and
-  100k lines 5); chunk k >= 1 is scored by the model trained on chunks 0..k-1 (each
-  model continues the previous one on the newest chunk), and chunk 0 by a model
-  trained on chunk 1. Every line is scored, none by a model that has learned it.
+  the first holds max(MIN_FIRST_CHUNK, n / 16) items, as a tail fit wants a few hundred
+  held-out lines, so 2k lines make 2 chunks, 5k lines 4 and 100k lines 5); chunk
+  k >= 1 is scored by the model trained on chunks 0..k-1 (each model continues the
+  previous one on the newest chunk), and chunk 0 by a model trained on chunk 1.
+  Every line is scored, none by a model that has learned it.
 
 Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
 share one threshold; the report lists each chunk's model and its raw-score threshold.
@@ -42,7 +43,7 @@ from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.train import Stream, TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
-MIN_FIRST_CHUNK = 500
+MIN_FIRST_CHUNK = 1000
 LINE_BATCH = 1024  # lines per detector call (lines format)
 SESSION_BATCH = 64  # sessions per detector call (sessions format)
 

@@ -60,6 +60,7 @@ from logstream.metrics import (
     LINES,
     PAUSED_PARTITIONS,
     SCORE_SECONDS,
+    TEMPLATES,
     TRACKED_STREAM_EVICTIONS,
     TRACKED_STREAMS,
     Health,
@@ -290,6 +291,7 @@ class Service:
         for anomaly in anomalies:
             ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
         CACHE_BYTES.set(self.detector.cache_bytes)
+        TEMPLATES.set(self.detector.miner.size)
 
     async def _commit(self) -> None:
         offsets = dict(self._processed)

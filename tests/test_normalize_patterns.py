@@ -82,3 +82,39 @@ def test_masking_rules_round_trip_through_json() -> None:
 def test_parse_level(line: str, level: str | None) -> None:
     """Levels are read from common formats and mapped to one vocabulary."""
     assert parse_level(line) == level
+
+
+def test_template_ids_are_stable_across_processes() -> None:
+    """A template's id is a hash of its text: another process (another hash seed) gives the same id,
+    so alert groups survive restarts."""
+    import subprocess
+    import sys
+
+    from logstream.patterns import PatternMiner
+
+    here = PatternMiner().add("ERROR db: connection pool exhausted").template_id
+    code = "from logstream.patterns import PatternMiner; print(PatternMiner().add('ERROR db: connection pool exhausted').template_id)"
+    there = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"},
+    ).stdout.strip()  # fmt: skip
+    assert str(here) == there
+
+
+def test_miner_keeps_at_most_its_cap_of_templates() -> None:
+    """Unbounded distinct templates (hostile input) cannot grow the miner past its LRU cap."""
+    from logstream.patterns import PatternMiner
+
+    miner = PatternMiner(max_templates=5)
+    for i in range(50):
+        miner.add(f"{'abcdefghij'[i % 10]}{i} x{i} y{i}")
+    assert miner.size <= 5
+
+
+def test_novelty_is_relative_to_the_training_templates() -> None:
+    """A miner seeded with the model's templates calls a training template known and a new one new."""
+    from logstream.patterns import seeded_miner
+
+    miner = seeded_miner(["worker job <NUM> finished", "web GET /api status 200"])
+    assert not miner.add("worker job <NUM> finished").new
+    assert miner.add("kernel: Out of memory: Kill process <NUM>").new
