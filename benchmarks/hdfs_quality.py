@@ -96,6 +96,7 @@ def main() -> None:
         print(f"{name:22s} F1 {summary['f1']:.3f} (ceiling {ceiling:.3f}, {summary['f1'] / ceiling:.0%}) "
               f"P {summary['precision']:.3f} R {summary['recall']:.3f} AUC-PR {summary['auc_pr']:.3f} "
               f"best F1 {summary['best_f1']:.3f}", flush=True)  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
     print(json.dumps(results))
 
 

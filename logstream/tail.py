@@ -18,7 +18,9 @@ incidents and hide every later one like them):
 1. a robust exponential tail, its scale from the mean of the lowest 75% of the excesses
    (unmoved while fewer than a quarter of the peaks are incidents, and not zero when
    many scores tie, as template logs' do), marks the peaks that are implausible for it
-   (tail probability below OUTLIER_RATE / n) as outliers, and drops them (at most half);
+   (tail probability below OUTLIER_RATE / n) as outliers, and drops them: at most 0.5% of
+   the sample, since more far-out scores than that are rare normal lines (dropping them
+   flagged every rare normal line of a Thunderbird log), not a handful of incidents;
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
    tail is kept while far-out incidents stay out.
@@ -43,6 +45,7 @@ import numpy as np
 
 PEAK_SHARE = 0.2  # the top 20% of held-out scores are the peaks
 OUTLIER_RATE = 0.1  # stage 1 drops peaks rarer than 0.1 / n under the robust exponential tail
+MAX_OUTLIER_SHARE = 0.005  # ... but never more than 0.5% of the sample
 TRIMMED_MEAN_75 = (1 - 0.25 * (math.log(4) + 1)) / 0.75  # E[X | X < its 75% quantile] for X ~ Exp(1)
 MIN_PEAKS = 10
 MIN_SAMPLES = 20
@@ -166,8 +169,8 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
     robust_sigma = max(float(lower.mean()) / TRIMMED_MEAN_75, 1e-6 * max(1.0, abs(u)))
     # stage 1: under the robust exponential tail P(X > u + e) = (n_peaks / n) exp(-e / sigma)
     plausible = excess <= robust_sigma * math.log(n_peaks / OUTLIER_RATE)
-    if plausible.sum() < n_peaks / 2:
-        plausible[:] = True  # more "outliers" than normal peaks: the tail is the data, not noise
+    if n_peaks - plausible.sum() > MAX_OUTLIER_SHARE * n:
+        plausible[:] = True  # that many far-out scores are rare normal lines, not a few incidents
     # stage 2, repeated until stable: fit the kept peaks; peaks the fitted GPD finds plausible
     # come back (a heavy tail is data, not noise), the rest stay out (incidents stay implausible)
     for _ in range(8):
@@ -181,7 +184,7 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
                 else np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
             )
         again = log_sf >= math.log(OUTLIER_RATE / n_peaks)
-        if np.array_equal(again, plausible) or again.sum() < n_peaks / 2:
+        if np.array_equal(again, plausible) or n_peaks - again.sum() > MAX_OUTLIER_SHARE * n:
             break
         plausible = again
     normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks

@@ -1,5 +1,9 @@
 """Quality on the seeded synthetic system: every incident kind is caught above the calibrated
-threshold, and normal lines stay quiet (at about the calibrated false-alarm rate)."""
+threshold, and normal lines stay quiet (at about the calibrated false-alarm rate).
+
+The detector runs at a false-alarm rate of 5e-3 (score threshold 2.3), the sensitivity of the
+old 0.995-quantile default: a broken order is one surprising token, which the quieter default
+(1e-3) misses on this small system (docs/quality.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ KEY = re.compile(STREAM_KEY)
 @pytest.fixture(scope="module")
 def scored(synthetic_model_dir: Path) -> tuple[SyntheticLog, list[ScoredLine]]:
     log = generate_lines(1500, seed=7, incidents=INCIDENT_KINDS * 4)
-    detector = Detector.load(synthetic_model_dir, device="cpu")
+    detector = Detector.load(synthetic_model_dir, device="cpu", false_alarm_rate=5e-3)
     records = [LogRecord(line=line, stream=KEY.search(line).group(1)) for line in log.lines]
     return log, detector.score(records)
 
@@ -33,7 +37,7 @@ def test_incident_kind_is_detected(kind: str, scored: tuple[SyntheticLog, list[S
 
 
 def test_normal_lines_stay_quiet(scored: tuple[SyntheticLog, list[ScoredLine]]) -> None:
-    """Normal lines are flagged at about the calibrated rate (quantile 0.995), at most 2%."""
+    """Normal lines are flagged at about the calibrated rate (5e-3), at most 2%."""
     log, lines = scored
     flagged = np.array([s.is_anomaly for s in lines])
     normal = np.array(log.labels) == 0
