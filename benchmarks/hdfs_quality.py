@@ -37,6 +37,11 @@ VARIANTS = (("patterns", 3), ("patterns", 0), ("bos", 0), ("none", 0))
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hdfs" / "train_sessions.jsonl"
 
 
+def print_progress(step: int, steps: int, loss: float) -> None:
+    if step % 100 == 0:
+        print(f"step {step}/{steps} loss {loss:.3f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -64,10 +69,7 @@ def main() -> None:
     baseline = streams_from_sessions([s for s in train_sessions if args.contaminated or s.label == 0])
     config = TrainConfig(preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps)
     if not (model_dir / "logstream.json").is_file():
-        report = lambda step, steps, loss: (
-            step % 100 == 0 and print(f"step {step}/{steps} loss {loss:.3f}", flush=True)
-        )  # noqa: E731
-        save(train(baseline, config, progress=report), model_dir)
+        save(train(baseline, config, progress=print_progress), model_dir)
     train_seconds = time.time() - started
 
     results = {
