@@ -112,7 +112,9 @@ class TailFit:
             samples=int(data["samples"]),
         )
         if not 0 < fit.peak_share <= 1 or fit.sigma <= 0 or not XI_MIN <= fit.xi <= XI_MAX:
-            raise ValueError(f"tail fit out of range: peak_share {fit.peak_share}, sigma {fit.sigma}, xi {fit.xi}")
+            raise ValueError(
+                f"tail fit out of range: peak_share {fit.peak_share}, sigma {fit.sigma}, xi {fit.xi}"
+            )
         if len(fit.body) != BODY_POINTS or list(fit.body) != sorted(fit.body):
             raise ValueError(f"tail fit body: expected {BODY_POINTS} ascending scores")
         return fit
