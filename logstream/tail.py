@@ -23,7 +23,10 @@ incidents and hide every later one like them):
    flagged every rare normal line of a Thunderbird log), not a handful of incidents;
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
-   tail is kept while far-out incidents stay out.
+   tail is kept while far-out incidents stay out;
+3. a fit that claims more than 5/(n+1) of the mass beyond its own largest sample (a few
+   hundred bimodal samples can make the moments do that) is rescaled so that the largest
+   sample sits at 1/(n+1).
 xi is clamped to [XI_MIN, XI_MAX]. A negative xi is a bounded tail: a small model's
 surprisal has an upper end (its rare-but-normal lines cluster below it), and an
 exponential fit would stretch that tail past every incident. Near the end the GPD
@@ -46,6 +49,7 @@ import numpy as np
 PEAK_SHARE = 0.2  # the top 20% of held-out scores are the peaks
 OUTLIER_RATE = 0.1  # stage 1 drops peaks rarer than 0.1 / n under the robust exponential tail
 MAX_OUTLIER_SHARE = 0.005  # ... but never more than 0.5% of the sample
+ANCHOR_SLACK = 5.0  # a fit may claim up to 5/(n+1) beyond its largest sample
 TRIMMED_MEAN_75 = (1 - 0.25 * (math.log(4) + 1)) / 0.75  # E[X | X < its 75% quantile] for X ~ Exp(1)
 MIN_PEAKS = 10
 MIN_SAMPLES = 20
@@ -191,8 +195,28 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
         plausible = again
     normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks
     peak_share = n_kept / len(normal)
+    sigma = _anchor_at_maximum(sigma, xi, float(excess[n_kept - 1]), peak_share, len(normal))
     body = np.quantile(normal, 1.0 - _body_survival(peak_share))
     return TailFit(u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n)
+
+
+def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: float, n: int) -> float:
+    """Keep the fit honest about its own largest sample, whose survival is about 1/(n+1).
+
+    With a few hundred bimodal samples (many plain lines, a hump of rare ones) the moments
+    can put several percent of the mass beyond the largest sample and so a 1e-3 threshold
+    far past anything seen. When the fit claims more than ANCHOR_SLACK times 1/(n+1) there,
+    sigma is rescaled (xi kept) so that the largest sample sits at 1/(n+1).
+    """
+    if top_excess <= 0:
+        return sigma
+    target = 1 / (n + 1) / peak_share  # survival within the peaks
+    z = top_excess / sigma
+    fitted = math.exp(-z) if xi == 0 else max(0.0, 1 + xi * z) ** (-1 / xi)
+    if fitted <= ANCHOR_SLACK * target or target >= 1:
+        return sigma
+    z_target = -math.log(target) if xi == 0 else (target ** (-xi) - 1) / xi
+    return top_excess / z_target
 
 
 def reference_sample(scores: list[float], size: int = REFERENCE_SIZE) -> list[float]:

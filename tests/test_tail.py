@@ -104,3 +104,12 @@ def test_online_refit_follows_drift_but_never_learns_flagged_scores() -> None:
     ignores.observe(drifted, [True] * len(drifted))
     assert learns.fit.raw_threshold(1e-3) > ignores.fit.raw_threshold(1e-3) + 1
     assert ignores.fit == fit_tail(reference)
+
+
+def test_the_fit_is_honest_about_its_largest_sample() -> None:
+    """300 bimodal scores (plain lines near 1, a hump of rare ones up to 13): the fit claims at
+    most 5/(n+1) beyond the largest sample, so a 1e-3 threshold is not far past anything seen."""
+    rng = np.random.default_rng(9)
+    scores = np.r_[1 + rng.exponential(0.2, 240), rng.uniform(3, 13, 60)]
+    fit = fit_tail(scores)
+    assert 10 ** fit.log10_sf(float(scores.max())) <= 5 / (len(scores) + 1)
