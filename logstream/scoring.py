@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
-from logstream.tail import TailFit, finite_list, fit_tail, reference_sample
+from logstream.tail import TailFit, count, finite_list, fit_tail, reference_sample
 
 # Priors in nats, added to the model's surprisal (docs/quality.md weighs them).
 DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
@@ -160,7 +160,7 @@ class Calibration:
             raise ValueError(f"unknown calibration fields: {sorted(unknown)}")
         fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
         references = {name: sorted(finite_list(data[name], name)) for name in REFERENCES}
-        counts = {name: int(data[name]) for name in ("heldout_lines", "heldout_sessions")}
+        counts = {name: count(data[name], name) for name in ("heldout_lines", "heldout_sessions")}
         config = data["config"]
         if not isinstance(config, dict):
             raise TypeError(f"config: expected a mapping, got {type(config).__name__}")

@@ -113,7 +113,7 @@ class TailFit:
             sigma=_finite(data["sigma"], "sigma"),
             xi=_finite(data["xi"], "xi"),
             body=tuple(_finite(b, "body") for b in data["body"]),
-            samples=int(data["samples"]),
+            samples=count(data["samples"], "samples"),
         )
         if not 0 < fit.peak_share <= 1 or fit.sigma <= 0 or not XI_MIN <= fit.xi <= XI_MAX:
             raise ValueError(
@@ -122,6 +122,15 @@ class TailFit:
         if len(fit.body) != BODY_POINTS or list(fit.body) != sorted(fit.body):
             raise ValueError(f"tail fit body: expected {BODY_POINTS} ascending scores")
         return fit
+
+
+def count(value: object, name: str) -> int:
+    """A non-negative integer, or ValueError/TypeError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name}: {value} is negative")
+    return value
 
 
 def finite_list(values: object, name: str) -> list[float]:

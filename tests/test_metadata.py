@@ -201,7 +201,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(JSON)
 def test_arbitrary_json_is_accepted_or_one_model_dir_error(data: Any) -> None:
     """validate_meta on any JSON value raises nothing but ModelDirError (with one line)."""
@@ -232,7 +232,12 @@ PLAUSIBLE = {
 }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.data())
 def test_what_validation_accepts_the_detector_can_use(
     meta: dict[str, Any], loaded: tuple[Any, Any], data: st.DataObject
