@@ -20,7 +20,7 @@ from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import seeded_miner
 from logstream.records import Anomaly, LogRecord
-from logstream.scoring import Calibration, Observation, line_score, severity
+from logstream.scoring import Calibration, Observation, ScoringConfig, line_score, severity
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -107,12 +107,15 @@ class Detector:
     def calibration(self, calibration: Calibration) -> None:
         """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
         self._calibration = calibration
-        self.scoring = calibration.config
         self.online = (
             OnlineTail(calibration.line, calibration.line_reference, calibration.config.refit_every)
             if calibration.line is not None
             else None
         )
+
+    @property
+    def scoring(self) -> ScoringConfig:
+        return self._calibration.config
 
     def reset(self) -> None:
         """Forget every stream and every template learned since loading: score afresh."""

@@ -22,7 +22,7 @@ the tail of held-out sessions' worst calibrated line or end score.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -165,9 +165,6 @@ class Calibration:
         if not isinstance(config, dict):
             raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
         return cls(config=ScoringConfig(**config), **fits, **references, **counts)
-
-    def with_config(self, **changes: object) -> Calibration:
-        return replace(self, config=replace(self.config, **changes))
 
 
 FITS = ("line", "end", "session")

@@ -67,18 +67,14 @@ class TailFit:
     peak_share: float  # n_u / n
     sigma: float
     xi: float
-    body: tuple[float, ...]  # scores at survival probabilities BODY_SURVIVAL (descending probability)
+    body: tuple[float, ...]  # scores at the survival probabilities `_body_survival(peak_share)`
     samples: int
 
     def log10_sf(self, x: float) -> float:
         """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
         if x >= self.u:
-            z = (x - self.u) / self.sigma
-            if self.xi == 0:
-                return math.log10(self.peak_share) - z / math.log(10)
-            if 1 + self.xi * z <= 0:
-                return -math.inf
-            return math.log10(self.peak_share) - math.log10(1 + self.xi * z) / self.xi
+            log_sf = float(gpd_log_sf(np.asarray(x - self.u), self.sigma, self.xi))
+            return math.log10(self.peak_share) + log_sf / math.log(10)
         survival = _body_survival(self.peak_share)
         # np.interp needs increasing x: body scores rise as survival falls
         return math.log10(float(np.interp(x, self.body, survival, left=1.0)))
@@ -148,6 +144,15 @@ def _finite(value: object, name: str) -> float:
     return float(value)
 
 
+def gpd_log_sf(excess: np.ndarray, sigma: float, xi: float) -> np.ndarray:
+    """ln P(excess > e) under GPD(sigma, xi), elementwise; -inf beyond a bounded tail's end."""
+    z = excess / sigma
+    if xi == 0:
+        return -z
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
+
+
 def _body_survival(peak_share: float) -> np.ndarray:
     return np.linspace(1.0, peak_share, BODY_POINTS)
 
@@ -191,14 +196,7 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
     for _ in range(8):
         n_kept = int(plausible.sum())
         sigma, xi = _pwm_gpd(excess[plausible]) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
-        z = excess / sigma
-        with np.errstate(invalid="ignore", divide="ignore"):  # beyond a bounded tail's end: -inf
-            log_sf = (
-                -z
-                if xi == 0
-                else np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
-            )
-        again = log_sf >= math.log(OUTLIER_RATE / n_peaks)
+        again = gpd_log_sf(excess, sigma, xi) >= math.log(OUTLIER_RATE / n_peaks)
         if np.array_equal(again, plausible) or n_peaks - again.sum() > MAX_OUTLIER_SHARE * n:
             break
         plausible = again
@@ -220,8 +218,7 @@ def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: f
     if top_excess <= 0:
         return sigma
     target = 1 / (n + 1) / peak_share  # survival within the peaks
-    z = top_excess / sigma
-    fitted = math.exp(-z) if xi == 0 else max(0.0, 1 + xi * z) ** (-1 / xi)
+    fitted = math.exp(float(gpd_log_sf(np.asarray(top_excess), sigma, xi)))
     if fitted <= ANCHOR_SLACK * target or target >= 1:
         return sigma
     z_target = -math.log(target) if xi == 0 else (target ** (-xi) - 1) / xi

@@ -251,8 +251,8 @@ def fit(
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
     """Fit the detector's calibration to what it observes on held-out baseline streams.
 
-    The surprisal, line and end tails come from the held-out lines and stream ends; the
-    session tail from each held-out session's worst calibrated score. No labels are involved.
+    The line and end tails come from the held-out lines and stream ends; the session tail
+    from each held-out session's worst calibrated score. No labels are involved.
     """
     detector.reset()
     detector.calibration = Calibration(config=config)  # observations only, no tails yet
@@ -303,9 +303,9 @@ def train(
         raise ValueError("training data: too few lines to train and hold out a calibration set")
     started = time.time()
     lines = [line for s in train_streams for line in s.lines]
+    normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
+    masked = [normalizer.mask(line) for line in lines]
     if start_from is None:
-        normalizer = Normalizer()
-        masked = [normalizer.mask(line) for line in lines]
         preset = choose_preset(config.preset, total)
         tokenizer = LineTokenizer(train_tokenizer(masked, PRESETS[preset].vocab_size))
         miner = mine(masked)
@@ -319,11 +319,9 @@ def train(
     else:
         # a copy: the earlier model keeps scoring its own chunk (prequential replay)
         model, tokenizer = copy.deepcopy(start_from.model), start_from.tokenizer
-        normalizer = Normalizer.from_json(start_from.meta["mask_rules"])
         prompt, window = start_from.meta["pattern_prompt"], start_from.meta["window"]
         preset = start_from.meta["preset"]
         sink_ids = prompt_ids(tokenizer, prompt, start_from.meta["sink_tokens"])
-        masked = [normalizer.mask(line) for line in lines]
         known = [t.text for t in mine([*start_from.meta["templates"], *masked]).templates()]
     examples = make_examples(train_streams, tokenizer, normalizer, window)
     steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
