@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
 from typing import Any
 
+from logstream.alerts.config import Link, rfc3339
 from logstream.alerts.grouping import Group
+from logstream.alerts.links import link_variables, render_links
+
+__all__ = ["Alert", "rfc3339", "shallow_dict"]
 
 SUMMARY_LINE_CHARS = 200
 
@@ -40,9 +44,30 @@ class Alert:
     max_score: float
     threshold: float
     severity: str
+    # context (defaults: rows written by older releases)
+    starts_at: float = 0.0  # the incident's first log time (else when it was seen), unix s
+    template_text: str = ""
+    location: str = ""  # topic/partition@offset or path:line of the first anomaly
+    context_before: list[str] | tuple[str, ...] = ()
+    context_after: list[str] | tuple[str, ...] = ()
+    model_version: str = ""
+    examples: list[str] | tuple[str, ...] = ()  # first line of each distinct alert
+    links: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()  # (name, url)
 
     @classmethod
-    def of(cls, group: Group, status: str, resolve_timeout: float) -> Alert:
+    def of(cls, group: Group, status: str, resolve_timeout: float, links: Sequence[Link] = ()) -> Alert:
+        # log time, but never after we saw it (a producer's clock ahead would put startsAt
+        # after endsAt, which Alertmanager refuses)
+        starts = min(group.event_time, group.first_seen) if group.event_time else group.first_seen
+        last = group.last_event_time or group.last_seen
+        labels = dict(group.labels)
+        values = {
+            "stream": labels.get("stream", ""), "severity": group.severity,
+            "template": labels.get("template", ""), "template_text": group.template_text,
+            "source": group.location, "model_id": group.model_id, "receiver": group.receiver,
+            "dedup_key": group.dedup_key,
+        }  # fmt: skip
+        variables = link_variables(values, labels, starts, max(last, starts))
         return cls(
             status=status,
             receiver=group.receiver,
@@ -63,6 +88,14 @@ class Alert:
             max_score=group.max_score,
             threshold=group.threshold,
             severity=group.severity,
+            starts_at=starts,
+            template_text=group.template_text,
+            location=group.location,
+            context_before=list(group.context_before),
+            context_after=list(group.context_after),
+            model_version=group.model_version,
+            examples=list(group.examples),
+            links=render_links(links, group.runbook_url, variables),
         )
 
     @property
@@ -86,14 +119,11 @@ class Alert:
     def from_json(cls, text: str) -> Alert:
         data: dict[str, Any] = json.loads(text)
         data["top_tokens"] = [(str(t), float(s)) for t, s in data["top_tokens"]]
+        data["links"] = [(str(n), str(u)) for n, u in data.get("links", ())]
+        data.setdefault("starts_at", data["first_seen"])
         return cls(**data)
 
 
 def shallow_dict(obj: object) -> dict[str, Any]:
     """A dataclass's fields as a dict without `asdict`'s deep copy (hot path: every alert)."""
     return {f.name: getattr(obj, f.name) for f in fields(obj)}  # type: ignore[arg-type]
-
-
-def rfc3339(ts: float) -> str:
-    """Unix seconds -> '2026-11-29T17:00:00.000Z' (what PagerDuty and Alertmanager accept)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

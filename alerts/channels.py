@@ -32,10 +32,14 @@ from logstream.alerts.config import (
     SlackConfig,
     WebhookConfig,
 )
+from logstream.alerts.links import RUNBOOK
 
 ALERTNAME = "LogAnomaly"
 SLACK_HEADER_CHARS = 150  # Block Kit limit for a header's plain_text
 SLACK_SECTION_CHARS = 3000  # Block Kit limit for a section's text
+SLACK_BUTTONS = 5  # buttons shown (Block Kit allows 25 per actions block)
+SLACK_BUTTON_TEXT = 75  # Block Kit limit for a button's text
+SLACK_URL_CHARS = 3000  # Block Kit limit for a button's url
 PAGERDUTY_SUMMARY_CHARS = 1024  # Events v2 limit
 PAGERDUTY_SEVERITY = {"critical": "critical", "error": "error", "warning": "warning"}
 
@@ -75,22 +79,46 @@ def channels(config: AlertsConfig) -> dict[str, Channel]:
 
 
 def _annotations(alert: Alert) -> dict[str, str]:
+    """Everything a responder reads first; empty ones are left out (annotations are text)."""
     tokens = ", ".join(f"{t!r} ({s:.1f})" for t, s in alert.top_tokens)
-    return {
+    runbook = next((url for name, url in alert.links if name == RUNBOOK), "")
+    notes = {
         "summary": alert.summary,
         "count": str(alert.count),
         "distinct": str(alert.distinct),
         "first_line": alert.first_line,
         "last_line": alert.last_line,
+        "lines": "\n".join(alert.examples) if len(alert.examples) > 1 else "",
+        "template": alert.template_text,
+        "source": alert.location,
+        "context_before": "\n".join(alert.context_before),
+        "context_after": "\n".join(alert.context_after),
+        "event_time": rfc3339(alert.starts_at) if alert.starts_at else "",
         "top_tokens": tokens,
         "model_id": alert.model_id,
+        "model_version": alert.model_version,
         "max_score": f"{alert.max_score:.3f}",
         "threshold": f"{alert.threshold:.3f}",
+        "runbook_url": runbook,
+        **{f"link: {name}": url for name, url in alert.links if name != RUNBOOK},
     }
+    return {k: v for k, v in notes.items() if v}
 
 
 def _labels(alert: Alert) -> dict[str, str]:
-    return {"alertname": ALERTNAME, **alert.labels, "severity": alert.severity}
+    """alertname, the group's labels and the incident's severity; empty values left out
+    (in Prometheus an empty label is an absent one)."""
+    labels = {"alertname": ALERTNAME, **alert.labels, "severity": alert.severity}
+    return {k: v for k, v in labels.items() if v}
+
+
+def _generator_url(alert: Alert) -> str:
+    """The first configured link (e.g. the logs in Grafana Explore), else the runbook."""
+    return alert.links[0][1] if alert.links else ""
+
+
+def _starts_at(alert: Alert) -> str:
+    return rfc3339(alert.starts_at or alert.first_seen)
 
 
 def _ends_at(alert: Alert) -> str:
@@ -113,9 +141,9 @@ def render_webhook(cfg: WebhookConfig, alert: Alert) -> Request:
                 "status": alert.status,
                 "labels": _labels(alert),
                 "annotations": _annotations(alert),
-                "startsAt": rfc3339(alert.first_seen),
+                "startsAt": _starts_at(alert),
                 "endsAt": _ends_at(alert),
-                "generatorURL": "",
+                "generatorURL": _generator_url(alert),
                 "fingerprint": alert.dedup_key,
             }
         ],
@@ -150,30 +178,48 @@ def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
     title = f"{alert.severity.upper()} log anomaly on {alert.stream}"
     if alert.status == "resolved":
         title = f"RESOLVED: {title}"
-    lines = f"first: {alert.first_line}\nlast:  {alert.last_line}".replace("```", "'''")
+    lines = _slack_lines(alert).replace("```", "'''")
     # the code block's fences take 6 of the section's characters
     code = "```" + _cut_escaped(lines, SLACK_SECTION_CHARS - 6) + "```"
     tokens = ", ".join(f"`{t.replace('`', chr(39))}` {s:.1f}" for t, s in alert.top_tokens) or "n/a"
     # plain_text is shown as is (no links, no mentions): not escaped, or "&lt;" would show
     header = {"type": "plain_text", "text": _cut(title, SLACK_HEADER_CHARS)}
     score = f"{alert.max_score:.2f} (threshold {alert.threshold:.2f})"
+    model = " ".join(x for x in (alert.model_id, alert.model_version) if x)
     fields = [
         f"*Count*\n{alert.count}",
         f"*Max score*\n{score}",
-        f"*Since*\n{rfc3339(alert.first_seen)}",
-        f"*Model*\n{slack_escape(alert.model_id) or 'n/a'}",
+        f"*Since*\n{_starts_at(alert)}",
+        f"*Model*\n{slack_escape(model) or 'n/a'}",
+        f"*Source*\n{slack_escape(alert.location) or 'n/a'}",
+        f"*Template*\n{_cut_escaped(alert.template_text, 1000) or 'n/a'}",
     ]
     context = _cut_escaped(f"Most surprising tokens: {tokens}", SLACK_SECTION_CHARS)
-    body = {
-        "text": f"{icon} {slack_escape(alert.summary)}",
-        "blocks": [
-            {"type": "header", "text": header},
-            {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": code}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
-        ],
-    }
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": header},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": code}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
+    ]
+    buttons = [
+        {"type": "button", "text": {"type": "plain_text", "text": _cut(name, SLACK_BUTTON_TEXT)}, "url": url}
+        for name, url in alert.links[:SLACK_BUTTONS]
+        if len(url) <= SLACK_URL_CHARS
+    ]
+    if buttons:
+        blocks.append({"type": "actions", "elements": buttons})
+    body = {"text": f"{icon} {slack_escape(alert.summary)}", "blocks": blocks}
     return Request(cfg.api_url.get_secret_value(), body, {})
+
+
+def _slack_lines(alert: Alert) -> str:
+    """The anomalous lines between their context lines, as `grep -B -A` shows them."""
+    before = [f"  {line}" for line in alert.context_before]
+    after = [f"  {line}" for line in alert.context_after]
+    lines = [f"> {line}" for line in (alert.examples or [alert.first_line])]
+    if alert.count > len(lines):
+        lines.append(f"> ... {alert.count} lines in all, last: {alert.last_line}")
+    return "\n".join([*before, *lines, *after])
 
 
 def render_pagerduty(cfg: PagerDutyConfig, alert: Alert) -> Request:
@@ -193,13 +239,14 @@ def render_pagerduty(cfg: PagerDutyConfig, alert: Alert) -> Request:
             "summary": _cut(alert.summary, PAGERDUTY_SUMMARY_CHARS),
             "source": alert.stream or "logstream",
             "severity": PAGERDUTY_SEVERITY.get(alert.severity, "warning"),
-            "timestamp": rfc3339(alert.first_seen),
+            "timestamp": _starts_at(alert),
             "component": alert.stream,
             "group": alert.receiver,
             "class": "log_anomaly",
             "custom_details": _annotations(alert),
         },
         "client": "logstream",
+        "links": [{"href": url, "text": name} for name, url in alert.links],
     }  # fmt: skip
     return Request(cfg.url, body, {})
 
@@ -208,7 +255,8 @@ def render_alertmanager(cfg: AlertmanagerConfig, alert: Alert) -> Request:
     posted: dict[str, Any] = {
         "labels": _labels(alert),
         "annotations": _annotations(alert),
-        "startsAt": rfc3339(alert.first_seen),
+        "startsAt": _starts_at(alert),
+        "generatorURL": _generator_url(alert),
     }
     if alert.ended_at is not None:
         posted["endsAt"] = rfc3339(alert.ended_at)

@@ -17,6 +17,10 @@ rendered requests, so no secret reaches the database either.
 Receiver URLs must be http(s) with a host; PagerDuty's must be https (plain
 http only to a loopback address, for local mocks). Errors name the field and
 the reason, never the URL (it may hold a token).
+
+Every problem is reported at once (one line, `; `-separated), so a file is
+fixed in one pass. `parse_config(..., secrets=False)` checks a file without
+its secrets (CI, a laptop): references are checked for form, never resolved.
 """
 
 from __future__ import annotations
@@ -38,11 +42,18 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
-# Labels an anomaly carries (see routing.anomaly_labels); `match` and silences may use these.
+from logstream.alerts.matchers import Matcher, globs, is_label_name, parse_matcher
+
+# Labels every anomaly carries (see routing.anomaly_labels). Labels taken from the record
+# (serve's input.label_fields / label_regex) are declared in the routes file's `record_labels`.
 LABEL_NAMES = ("stream", "severity", "kind", "level", "template", "source", "model_id")
+ALL_LABELS = "..."  # `group_by: ['...']`: group by every label (Alertmanager's spelling)
+TEMPLATE_VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -81,10 +92,26 @@ def parse_time(value: Any) -> float:
     raise ValueError(f"not a time: {value!r} (use RFC 3339, e.g. 2026-11-29T20:00:00Z)")
 
 
-def resolve_secret(value: Any) -> str:
-    """Resolve `file:/path` and `${ENV}` references; the value itself never appears in errors."""
+def rfc3339(ts: float) -> str:
+    """Unix seconds -> '2026-11-29T17:00:00.000Z' (what PagerDuty and Alertmanager accept)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _resolving(info: ValidationInfo | None) -> bool:
+    """False while checking a file without its secrets (`parse_config(secrets=False)`)."""
+    return not (info is not None and isinstance(info.context, dict) and info.context.get("secrets") is False)
+
+
+def resolve_secret(value: Any, info: ValidationInfo | None = None) -> str:
+    """Resolve `file:/path` and `${ENV}` references; the value itself never appears in errors.
+
+    Without secrets (see `_resolving`) a reference is only checked for form and kept as is."""
     if not isinstance(value, str):
         raise ValueError("must be a string, `${ENV_VAR}` or `file:/path`")
+    if not _resolving(info):
+        if value.startswith("file:") and (value.startswith("file://") or not value[5:].startswith("/")):
+            raise ValueError("a secret file is file:/absolute/path (file:// URLs are refused)")
+        return value
     if value.startswith("file:"):
         return _read_secret_file(value[len("file:") :])
 
@@ -143,8 +170,13 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _secret_url(value: SecretStr) -> SecretStr:
-    _check_url(value.get_secret_value())
+def _secret_url(value: SecretStr, info: ValidationInfo) -> SecretStr:
+    url = value.get_secret_value()
+    if not _resolving(info):
+        if url.startswith(("${", "file:")):
+            return value  # the whole URL is a reference: nothing to check without it
+        url = _ENV_REF.sub("x", url)
+    _check_url(url)
     return value
 
 
@@ -159,8 +191,14 @@ def _https_url(value: str) -> str:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
-SecretURL = Annotated[SecretStr, BeforeValidator(resolve_secret), AfterValidator(_secret_url)]
+
+
+def _secret(value: Any, info: ValidationInfo) -> str:
+    return resolve_secret(value, info)
+
+
+Secret = Annotated[SecretStr, BeforeValidator(_secret)]
+SecretURL = Annotated[SecretStr, BeforeValidator(_secret), AfterValidator(_secret_url)]
 HttpURL = Annotated[str, AfterValidator(_http_url)]
 HttpsURL = Annotated[str, AfterValidator(_https_url)]
 
@@ -223,35 +261,107 @@ class Receiver(_Strict):
     alertmanager_configs: list[AlertmanagerConfig] = []
 
 
+def _matcher_list(value: Any) -> tuple[Matcher, ...]:
+    """`matchers: ['team="db"', ...]` -> Matchers (each string checked)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise ValueError("expected a list of matchers like 'team=\"db\"'")
+    return tuple(v if isinstance(v, Matcher) else parse_matcher(v) for v in value)
+
+
+def _silence_matchers(value: Any) -> tuple[Matcher, ...]:
+    """A silence's matchers: a list of matcher strings, or the older {label: glob} mapping."""
+    if isinstance(value, dict):
+        return globs({str(k): str(v) for k, v in value.items()})
+    return _matcher_list(value)
+
+
+Matchers = Annotated[tuple[Matcher, ...], BeforeValidator(_matcher_list)]
+
+
+def _known(names: list[str], info: ValidationInfo) -> None:
+    """Every label name is one an anomaly can carry (a typo would match nothing, silently)."""
+    known = info.context.get("labels") if isinstance(info.context, dict) else None
+    known = known if known is not None else LABEL_NAMES
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown label {unknown[0]!r} (known: {', '.join(known)})")
+
+
 class Route(_Strict):
-    """One node of the route tree; unset fields inherit from the parent."""
+    """One node of the route tree; unset fields inherit from the parent.
+
+    A node matches when all of `match` (label globs), `matchers` (Alertmanager's
+    `=`, `!=`, `=~`, `!~`) and `min_score` hold."""
 
     receiver: str | None = None
     match: dict[str, str] = {}
+    matchers: Matchers = ()
     min_score: float | None = None
     group_by: list[str] | None = None
     group_wait: Duration | None = None
     group_interval: Duration | None = None
     repeat_interval: Duration | None = None
+    # a link template (see Link) to the runbook for alerts of this route; inherited
+    runbook_url: str | None = None
     continue_: bool = Field(default=False, alias="continue")
     routes: list[Route] = []
 
-    @model_validator(mode="after")
-    def _known_labels(self) -> Route:
-        for name in [*self.match, *(self.group_by or [])]:
-            if name not in LABEL_NAMES:
-                raise ValueError(f"unknown label {name!r} (known: {', '.join(LABEL_NAMES)})")
-        return self
+    @field_validator("match")
+    @classmethod
+    def _match_labels(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        _known(list(value), info)
+        return value
+
+    @field_validator("matchers")
+    @classmethod
+    def _matcher_labels(cls, value: tuple[Matcher, ...], info: ValidationInfo) -> tuple[Matcher, ...]:
+        _known([m.name for m in value], info)
+        return value
+
+    @field_validator("group_by")
+    @classmethod
+    def _group_labels(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is not None and ALL_LABELS in value:
+            if value != [ALL_LABELS]:
+                raise ValueError("'...' (every label) must be the only group_by entry")
+            return value
+        _known(value or [], info)
+        return value
+
+    @field_validator("runbook_url")
+    @classmethod
+    def _runbook_template(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            check_link_template(value, info)
+        return value
+
+    @field_validator("receiver")
+    @classmethod
+    def _receiver_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        names = info.context.get("receivers") if isinstance(info.context, dict) else None
+        if value is not None and names is not None and value not in names:
+            raise ValueError(f"unknown receiver {value!r} (known: {', '.join(names)})")
+        return value
+
+    @property
+    def all_matchers(self) -> tuple[Matcher, ...]:
+        return (*globs(self.match), *self.matchers)
 
 
 class Silence(_Strict):
-    """Mute alerts whose labels match every glob in `matchers` until `expires_at` (unix s)."""
+    """Mute alerts whose labels match every matcher, from `starts_at` until `expires_at` (unix s).
 
-    matchers: dict[str, str] = Field(min_length=1)
+    `matchers` is a list of matcher strings (`team="db"`, `stream=~"prod-.*"`) or the older
+    mapping of label globs (`{stream: "prod-*"}`)."""
+
+    matchers: Annotated[tuple[Matcher, ...], BeforeValidator(_silence_matchers)] = Field(min_length=1)
     expires_at: float
     starts_at: float = 0.0
     created_by: str = ""
     comment: str = ""
+    id: str = ""  # set for silences stored in the outbox
 
     @model_validator(mode="before")
     @classmethod
@@ -263,12 +373,69 @@ class Silence(_Strict):
                     data[field] = parse_time(data[field])
         return data
 
-    @model_validator(mode="after")
-    def _known_labels(self) -> Silence:
-        for name in self.matchers:
-            if name not in LABEL_NAMES:
-                raise ValueError(f"unknown label {name!r} (known: {', '.join(LABEL_NAMES)})")
-        return self
+    @field_validator("matchers")
+    @classmethod
+    def _known_labels(cls, value: tuple[Matcher, ...], info: ValidationInfo) -> tuple[Matcher, ...]:
+        _known([m.name for m in value], info)
+        return value
+
+
+class InhibitRule(_Strict):
+    """Alertmanager's inhibition: while an alert matching `source_matchers` fires, alerts
+    matching `target_matchers` that have the same values for the `equal` labels are not
+    notified (e.g. a critical alert of a stream mutes its warnings)."""
+
+    source_matchers: Matchers = Field(min_length=1)
+    target_matchers: Matchers = Field(min_length=1)
+    equal: list[str] = []
+
+    @field_validator("source_matchers", "target_matchers")
+    @classmethod
+    def _matcher_labels(cls, value: tuple[Matcher, ...], info: ValidationInfo) -> tuple[Matcher, ...]:
+        _known([m.name for m in value], info)
+        return value
+
+    @field_validator("equal")
+    @classmethod
+    def _equal_labels(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        _known(value, info)
+        return value
+
+
+# What a link template may use: {{stream}}, {{labels.team}} ... (see logstream.alerts.links)
+LINK_VARIABLES = (
+    "stream", "severity", "template", "template_text", "source", "model_id", "receiver",
+    "starts_at", "ends_at", "from_ms", "to_ms", "from", "to", "dedup_key",
+)  # fmt: skip
+
+
+def check_link_template(template: str, info: ValidationInfo | None = None) -> None:
+    """http(s) with a host, and only known `{{variables}}` (a typo would render empty)."""
+    known = info.context.get("labels") if info is not None and isinstance(info.context, dict) else None
+    labels = known if known is not None else LABEL_NAMES
+    for name in TEMPLATE_VARIABLE.findall(template):
+        if name.startswith("labels."):
+            if name.removeprefix("labels.") not in labels:
+                raise ValueError(f"unknown label in {{{{{name}}}}} (known: {', '.join(labels)})")
+        elif name not in LINK_VARIABLES:
+            raise ValueError(
+                f"unknown variable {{{{{name}}}}} (known: {', '.join(LINK_VARIABLES)}, labels.NAME)"
+            )
+    _check_url(TEMPLATE_VARIABLE.sub("x", template))
+
+
+class Link(_Strict):
+    """A link every alert carries (Grafana Explore, Kibana Discover ...): `url` is a template
+    whose `{{variable}}`s are filled per alert, URL-encoded (see logstream.alerts.links)."""
+
+    name: str = Field(min_length=1)
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _template(cls, value: str, info: ValidationInfo) -> str:
+        check_link_template(value, info)
+        return value
 
 
 class Backoff(_Strict):
@@ -322,60 +489,100 @@ class AlertsConfig(_Strict):
     """The whole routes file."""
 
     global_: Global = Field(default=Global(), alias="global")
+    # labels taken from the record (serve's input.label_fields / label_regex) that
+    # matchers, group_by, inhibit rules, silences and link templates may use
+    record_labels: list[str] = []
     route: Route
     receivers: list[Receiver] = Field(min_length=1)
+    inhibit_rules: list[InhibitRule] = []
+    # links every alert carries, e.g. a Grafana Explore link for the stream and time range
+    links: list[Link] = []
     delivery: Delivery = Delivery()
     silences: list[Silence] = []
+    # older releases kept `logstream silence` additions here; they are imported into the outbox
     silences_file: str | None = None
 
-    @model_validator(mode="after")
-    def _receivers_exist(self) -> AlertsConfig:
-        names = [r.name for r in self.receivers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"receivers: duplicate name(s) {', '.join(dupes)}")
-        if self.route.receiver is None:
-            raise ValueError("route.receiver: the root route needs a receiver")
-        for path, node in _walk(self.route, "route"):
-            if node.receiver is not None and node.receiver not in names:
-                raise ValueError(
-                    f"{path}.receiver: unknown receiver {node.receiver!r} (known: {', '.join(names)})"
-                )
-        return self
+    @field_validator("record_labels")
+    @classmethod
+    def _label_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not is_label_name(name):
+                raise ValueError(f"{name!r} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")
+            if name in LABEL_NAMES:
+                raise ValueError(f"{name!r} is a built-in label; record labels cannot replace it")
+        return value
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return (*LABEL_NAMES, *self.record_labels)
 
     def receiver(self, name: str) -> Receiver | None:
         return next((r for r in self.receivers if r.name == name), None)
 
 
-def _walk(node: Route, path: str) -> list[tuple[str, Route]]:
-    out = [(path, node)]
-    for i, child in enumerate(node.routes):
-        out += _walk(child, f"{path}.routes[{i}]")
+def _context(data: dict[str, Any], secrets: bool) -> dict[str, Any]:
+    """What field validators need from elsewhere in the file: receiver and label names."""
+    receivers = data.get("receivers")
+    names = (
+        [r["name"] for r in receivers if isinstance(r, dict) and isinstance(r.get("name"), str)]
+        if isinstance(receivers, list)
+        else []
+    )
+    declared = data.get("record_labels")
+    extra = [n for n in declared if isinstance(n, str)] if isinstance(declared, list) else []
+    return {"receivers": names, "labels": (*LABEL_NAMES, *extra), "secrets": secrets}
+
+
+def _file_problems(data: dict[str, Any]) -> list[str]:
+    """Checks across fields (pydantic checks each field): duplicate receivers, a root receiver."""
+    problems = []
+    receivers = data.get("receivers")
+    if isinstance(receivers, list):
+        names = [r.get("name") for r in receivers if isinstance(r, dict)]
+        dupes = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+        if dupes:
+            problems.append(f"receivers: duplicate name(s) {', '.join(dupes)}")
+    route = data.get("route")
+    if isinstance(route, dict) and route.get("receiver") is None:
+        problems.append("route.receiver: the root route needs a receiver")
+    return problems
+
+
+def parse_config(data: Any, *, source: str = "<alerts config>", secrets: bool = True) -> AlertsConfig:
+    """Validate a decoded routes document; AlertConfigError lists every problem, each naming
+    its field. `secrets=False` checks references' form without resolving them (no env, no
+    files needed); such a config is for checking only, never for sending."""
+    if not isinstance(data, dict):
+        raise AlertConfigError(f"{source}: expected a mapping at the top level")
+    problems = _file_problems(data)
+    try:
+        config = AlertsConfig.model_validate(data, context=_context(data, secrets))
+    except ValidationError as exc:
+        problems += describe_all(exc)
+        config = None
+    if problems or config is None:
+        raise AlertConfigError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def describe_all(exc: ValidationError) -> list[str]:
+    """Every validation error as 'field.path[0]: reason'."""
+    out = []
+    for error in exc.errors():
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        reason = error["msg"].removeprefix("Value error, ")
+        out.append(f"{where.lstrip('.')}: {reason}" if where else reason)
     return out
 
 
-def parse_config(data: Any, *, source: str = "<alerts config>") -> AlertsConfig:
-    """Validate a decoded routes document; raise AlertConfigError naming the field."""
-    if not isinstance(data, dict):
-        raise AlertConfigError(f"{source}: expected a mapping at the top level")
-    try:
-        return AlertsConfig.model_validate(data)
-    except ValidationError as exc:
-        raise AlertConfigError(f"{source}: {describe(exc)}") from None
-
-
 def describe(exc: ValidationError) -> str:
-    """The first validation error as 'field.path[0]: reason (and N more)'."""
-    first = exc.errors()[0]
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
-    reason = first["msg"].removeprefix("Value error, ")
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    prefix = f"{where.lstrip('.')}: " if where else ""
-    return f"{prefix}{reason}{more}"
+    """Every validation error, in one line: 'field.path[0]: reason; other.field: reason'."""
+    return "; ".join(describe_all(exc))
 
 
-def load_config(path: str | Path) -> AlertsConfig:
-    """Read and validate a routes file; any problem is one AlertConfigError line."""
+def load_config(path: str | Path, *, secrets: bool = True) -> AlertsConfig:
+    """Read and validate a routes file; any problem is one AlertConfigError line
+    (every problem in it). `secrets=False`: see parse_config."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -385,4 +592,4 @@ def load_config(path: str | Path) -> AlertsConfig:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise AlertConfigError(f"{path}:{line} not valid YAML") from None
-    return parse_config(data, source=str(path))
+    return parse_config(data, source=str(path), secrets=secrets)

@@ -27,11 +27,12 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from logstream.alerts.routing import Match, Timing, fingerprint
+from logstream.alerts.routing import Match, Timing, fingerprint, grouped_labels
 from logstream.records import Anomaly
 
 NEVER = 1e18  # next_eval of a resolved group
 MAX_FINGERPRINTS = 100  # distinct alerts remembered per group (a count keeps growing past it)
+MAX_EXAMPLES = 5  # the first line of each of the first few distinct alerts, shown in the alert
 TOP_TOKENS = 5
 _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
@@ -62,6 +63,16 @@ class Group:
     last_notified: float | None = None
     notified_distinct: int = 0
     next_eval: float = NEVER
+    # what the first anomaly says about itself (defaults: rows written by older releases)
+    template_text: str = ""
+    location: str = ""
+    context_before: tuple[str, ...] = ()
+    context_after: tuple[str, ...] = ()
+    event_time: float | None = None  # the first anomaly's log time
+    last_event_time: float | None = None
+    model_version: str = ""
+    runbook_url: str | None = None  # the route's link template
+    examples: tuple[str, ...] = ()  # first line of each distinct alert (up to MAX_EXAMPLES)
 
     @property
     def dedup_key(self) -> str:
@@ -85,7 +96,7 @@ def absorb(
             key=key,
             receiver=match.receiver,
             labels=dict(labels),
-            group_labels={name: labels.get(name, "") for name in match.group_by},
+            group_labels=grouped_labels(match, labels),
             timing=match.timing,
             incident=(group.incident + 1) if group else 1,
             state="pending",
@@ -100,13 +111,26 @@ def absorb(
             threshold=anomaly.threshold,
             severity=anomaly.severity,
             fingerprints=(fp,),
+            template_text=anomaly.template or "",
+            location=anomaly.location,
+            context_before=tuple(anomaly.context_before),
+            context_after=tuple(anomaly.context_after),
+            event_time=anomaly.event_time,
+            last_event_time=anomaly.event_time,
+            model_version=anomaly.model_version,
+            runbook_url=match.runbook_url,
+            examples=(anomaly.line,),
         )
         return replace(fresh, next_eval=now + match.timing.group_wait)
-    fps = group.fingerprints
+    fps, examples = group.fingerprints, group.examples
     if fp not in fps and len(fps) < MAX_FINGERPRINTS:
         fps = (*fps, fp)
+        if len(examples) < MAX_EXAMPLES:
+            examples = (*examples, anomaly.line)
     merged = replace(
         group,
+        examples=examples,
+        last_event_time=_latest(group.last_event_time, anomaly.event_time),
         last_seen=max(group.last_seen, now),
         count=group.count + 1,
         last_line=anomaly.line,
@@ -153,6 +177,10 @@ def evaluate(
         notified = _notified(firing, now, 0.0)
         return replace(notified, next_eval=_next_eval_firing(notified, resolve_timeout)), "firing"
     return replace(group, next_eval=_next_eval_firing(group, resolve_timeout)), None
+
+
+def _latest(held: float | None, new: float | None) -> float | None:
+    return new if held is None else held if new is None else max(held, new)
 
 
 def _notified(group: Group, now: float, next_eval: float) -> Group:

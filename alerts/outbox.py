@@ -36,14 +36,16 @@ from logstream.alerts.alert import Alert, shallow_dict
 from logstream.alerts.channels import channels
 from logstream.alerts.config import AlertsConfig, Silence
 from logstream.alerts.grouping import NEVER, Group, absorb, evaluate
+from logstream.alerts.matchers import matches
 from logstream.alerts.metrics import OUTBOX_PRUNED
 from logstream.alerts.routing import Timing, anomaly_labels, group_key, route
-from logstream.alerts.silences import SilenceSet, silenced_by
+from logstream.alerts.silences import SILENCES_SCHEMA, LegacyFile, SilenceTable, silenced_by
 from logstream.records import Anomaly
 
 log = structlog.get_logger(__name__)
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS groups (
     key TEXT PRIMARY KEY,
     state TEXT NOT NULL,
@@ -87,6 +89,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 );
 CREATE INDEX IF NOT EXISTS attempts_delivery ON attempts (delivery_id, at);
 """
+    + SILENCES_SCHEMA
+)
 
 FLUSH_BATCH = 1000  # groups evaluated per flush call
 _DUE = "next_eval <= ?"
@@ -171,7 +175,7 @@ class Outbox:
         self.clock = clock
         self.on_put = on_put
         self._lock = threading.Lock()
-        self._silences = SilenceSet(config.silences, config.silences_file)
+        self._legacy_silences = LegacyFile(config.silences_file, config.label_names)
         timeout = config.delivery.lock_timeout
         if self.path != ":memory:":
             try:
@@ -185,6 +189,7 @@ class Outbox:
         with _sqlite_errors(path):
             self._db = _connect(path, config.delivery.synchronous, timeout)
             self._wdb = self._db if self.path == ":memory:" else _connect(path, "normal", timeout)
+        self._import_legacy_silences()
 
     # -- the sink side ---------------------------------------------------------------
 
@@ -213,6 +218,34 @@ class Outbox:
             self._db.close()
             self._wdb.close()
 
+    # -- silences (see logstream.alerts.silences) -------------------------------------
+
+    def add_silence(self, silence: Silence) -> None:
+        """Store a silence (durable on return); the next evaluation obeys it."""
+        with _sqlite_errors(self.path), self._lock, self._transaction(self._db):
+            SilenceTable(self._db).add(silence, self.clock())
+
+    def silences(self, *, expired: bool = False) -> list[Silence]:
+        """Stored silences in effect or yet to start (and expired ones with `expired`)."""
+        self._import_legacy_silences()
+        with _sqlite_errors(self.path), self._lock:
+            return SilenceTable(self._wdb).listed(self.clock(), expired=expired)
+
+    def expire_silence(self, silence_id: str) -> bool:
+        """End a stored silence now; False when none with this id is in effect."""
+        with _sqlite_errors(self.path), self._lock, self._transaction(self._db):
+            return SilenceTable(self._db).expire(silence_id, self.clock())
+
+    def _import_legacy_silences(self) -> None:
+        """An older release's silences_file, imported when it changed (content ids: no repeats)."""
+        found = self._legacy_silences.changed()
+        if found:
+            with _sqlite_errors(self.path), self._lock, self._transaction(self._wdb):
+                table = SilenceTable(self._wdb)
+                for silence in found:
+                    table.add(silence, self.clock(), replace=False)
+            log.info("silences_file_imported", silences=len(found), path=str(self._legacy_silences.path))
+
     # -- grouping timers ------------------------------------------------------------
 
     def flush(self, now: float | None = None, *, early: bool = False) -> list[Alert]:
@@ -221,17 +254,19 @@ class Outbox:
         `early` (on shutdown) also notifies groups still inside `group_wait` now, rather
         than leave them to a process that may never come (an emptyDir outbox)."""
         now = self.clock() if now is None else now
-        silences = self._silences.current()
         due = _EARLY if early else _DUE
+        self._import_legacy_silences()
         with self._lock:
             if not self._wdb.execute(f"SELECT 1 FROM groups WHERE {due}", (now,)).fetchone():
                 return []  # nothing due: no write transaction
+            silences = [*self.config.silences, *SilenceTable(self._wdb).active(now)]
             return self._flush(now, silences, early)
 
     def _flush(self, now: float, silences: list[Silence], early: bool) -> list[Alert]:
         resolve_timeout = self.config.global_.resolve_timeout
         made: list[Alert] = []
         with self._transaction(self._wdb):
+            sources = self._inhibit_sources(resolve_timeout) if self.config.inhibit_rules else []
             rows = self._wdb.execute(
                 f"SELECT key, data FROM groups WHERE {_EARLY if early else _DUE} ORDER BY next_eval LIMIT ?",
                 (now, FLUSH_BATCH),
@@ -244,7 +279,12 @@ class Outbox:
                     self._wdb.execute("UPDATE groups SET next_eval = ? WHERE key = ?", (NEVER, key))
                     continue
                 silence = silenced_by(silences, group.labels, now)
-                until = silence.expires_at if silence is not None else None
+                mutes = [silence.expires_at] if silence is not None else []
+                inhibited = self._inhibited_until(group, sources)
+                if inhibited is not None:
+                    mutes.append(inhibited)
+                    log.info("alert_inhibited", alert_id=group.dedup_key)
+                until = min(mutes) if mutes else None  # re-evaluated when the first one ends
                 group, status = evaluate(group, now, resolve_timeout, until, early=early)
                 self._wdb.execute(
                     "UPDATE groups SET state = ?, next_eval = ?, data = ? WHERE key = ?",
@@ -254,10 +294,38 @@ class Outbox:
                     if silence is not None:
                         log.info("alert_silenced", alert_id=group.dedup_key, comment=silence.comment)
                     continue
-                alert = Alert.of(group, status, resolve_timeout)
+                alert = Alert.of(group, status, resolve_timeout, self.config.links)
                 made.append(alert)
                 self._enqueue(alert, now)
         return made
+
+    def _inhibit_sources(self, resolve_timeout: float) -> list[tuple[str, dict[str, str], float]]:
+        """(key, labels, resolves at) of every open group: what may inhibit another."""
+        out = []
+        for key, data in self._wdb.execute("SELECT key, data FROM groups WHERE state != 'resolved'"):
+            try:
+                group = _load_group(data)
+            except _BAD_ROW:
+                continue  # parked when it is evaluated (see _flush)
+            out.append((key, group.labels, group.last_seen + resolve_timeout))
+        return out
+
+    def _inhibited_until(
+        self, group: Group, sources: Sequence[tuple[str, dict[str, str], float]]
+    ) -> float | None:
+        """When the last open group inhibiting this one (see config.InhibitRule) resolves."""
+        until = None
+        for rule in self.config.inhibit_rules:
+            if not matches(rule.target_matchers, group.labels):
+                continue
+            for key, labels, resolves_at in sources:
+                if (
+                    key != group.key
+                    and matches(rule.source_matchers, labels)
+                    and all(labels.get(n, "") == group.labels.get(n, "") for n in rule.equal)
+                ):
+                    until = resolves_at if until is None else max(until, resolves_at)
+        return until
 
     def _enqueue(self, alert: Alert, now: float) -> None:
         channels = channel_names(self.config, alert.receiver)
@@ -484,5 +552,6 @@ def _load_group(text: str) -> Group:
     data = json.loads(text)
     data["timing"] = Timing(**data["timing"])
     data["top_tokens"] = tuple((t, s) for t, s in data["top_tokens"])
-    data["fingerprints"] = tuple(data["fingerprints"])
+    for name in ("fingerprints", "context_before", "context_after", "examples"):
+        data[name] = tuple(data.get(name, ()))
     return Group(**data)

@@ -1,9 +1,15 @@
 """Which receivers an anomaly goes to, and which group (incident) it joins.
 
-Matching follows Alertmanager: a node matches when all its `match` globs (and
-`min_score`) hold; its children are then tried in order; the first matching
-child wins unless it says `continue: true`; a node none of whose children
-match handles the anomaly itself. Timers and `group_by` inherit downwards.
+Matching follows Alertmanager: a node matches when all its `match` globs,
+`matchers` (and `min_score`) hold; its children are then tried in order; the
+first matching child wins unless it says `continue: true`; a node none of
+whose children match handles the anomaly itself. Timers, `group_by` and
+`runbook_url` inherit downwards. `group_by: ['...']` groups by every label.
+
+The default grouping is by stream: one incident per stream until it has been
+quiet for `resolve_timeout`, so a burst of different lines (an OOM kill, then
+an EXT3 error, then a read-only remount) is one alert listing all three, not
+three pages.
 """
 
 from __future__ import annotations
@@ -14,11 +20,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from logstream.alerts.config import AlertsConfig, Route
-from logstream.alerts.silences import matches
+from logstream.alerts.config import ALL_LABELS, AlertsConfig, Route
+from logstream.alerts.matchers import matches
 from logstream.records import Anomaly
 
-DEFAULT_GROUP_BY = ("stream", "template")
+DEFAULT_GROUP_BY = ("stream",)
 _DIGITS = re.compile(r"\d+")
 
 
@@ -38,6 +44,7 @@ class Match:
     receiver: str
     group_by: tuple[str, ...]
     timing: Timing
+    runbook_url: str | None = None
 
 
 def template_label(anomaly: Anomaly) -> str:
@@ -56,8 +63,10 @@ def template_hash(text: str) -> str:
 
 
 def anomaly_labels(anomaly: Anomaly) -> dict[str, str]:
-    """The labels routes and silences see (`template`: see `template_label`)."""
+    """The labels routes and silences see (`template`: see `template_label`): the built-in
+    ones, then those taken from the record (which may not replace a built-in one)."""
     return {
+        **dict(anomaly.labels),
         "stream": anomaly.stream,
         "severity": anomaly.severity,
         "kind": anomaly.kind,
@@ -75,6 +84,7 @@ def route(config: AlertsConfig, labels: Mapping[str, str], score: float) -> list
         receiver=root.receiver or "",
         group_by=tuple(root.group_by or DEFAULT_GROUP_BY),
         timing=_timing(root, Timing()),
+        runbook_url=root.runbook_url,
     )
     return _children(root, inherited, labels, score) or [inherited]
 
@@ -82,7 +92,7 @@ def route(config: AlertsConfig, labels: Mapping[str, str], score: float) -> list
 def _children(node: Route, here: Match, labels: Mapping[str, str], score: float) -> list[Match]:
     out: list[Match] = []
     for child in node.routes:
-        if not matches(child.match, labels):
+        if not matches(child.all_matchers, labels):
             continue
         if child.min_score is not None and score < child.min_score:
             continue
@@ -90,6 +100,7 @@ def _children(node: Route, here: Match, labels: Mapping[str, str], score: float)
             receiver=child.receiver or here.receiver,
             group_by=tuple(child.group_by) if child.group_by is not None else here.group_by,
             timing=_timing(child, here.timing),
+            runbook_url=child.runbook_url if child.runbook_url is not None else here.runbook_url,
         )
         out += _children(child, resolved, labels, score) or [resolved]
         if not child.continue_:
@@ -105,9 +116,16 @@ def _timing(node: Route, parent: Timing) -> Timing:
     )
 
 
+def grouped_labels(match: Match, labels: Mapping[str, str]) -> dict[str, str]:
+    """The `group_by` labels' values (every label for `['...']`)."""
+    if match.group_by == (ALL_LABELS,):
+        return dict(labels)
+    return {name: labels.get(name, "") for name in match.group_by}
+
+
 def group_key(match: Match, labels: Mapping[str, str]) -> str:
     """Stable text key of a group: receiver plus the `group_by` label values."""
-    grouped = {name: labels.get(name, "") for name in match.group_by}
+    grouped = grouped_labels(match, labels)
     return match.receiver + ":" + json.dumps(grouped, sort_keys=True, separators=(",", ":"))
 
 

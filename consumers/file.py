@@ -30,11 +30,11 @@ def bounded_lines(handle: BinaryIO, limit: int) -> Iterator[bytes]:
 
 
 def parse_lines(
-    raw_lines: Iterator[bytes], source: str, parser: RecordParser, rejects: RejectLog
+    raw_lines: Iterator[bytes], source: str, parser: RecordParser, rejects: RejectLog, kind: str = "file"
 ) -> Iterator[LogRecord]:
     """Parse raw lines (with or without their newline); count and skip the bad ones."""
     for number, raw in enumerate(raw_lines):
-        parsed = parser.parse(raw.rstrip(b"\r\n"), source=source, offset=number)
+        parsed = parser.parse(raw.rstrip(b"\r\n"), source=source, offset=number, source_kind=kind)
         if isinstance(parsed, Rejected):
             rejects.add(parsed, source=source, offset=number)
         else:

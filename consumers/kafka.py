@@ -144,6 +144,7 @@ class KafkaSource:
                     source=source,
                     offset=message.offset,
                     timestamp=timestamp,
+                    source_kind="kafka",
                 )
                 if isinstance(parsed, Rejected):
                     if not await self._dead_letter(tp, message, parsed, source):

@@ -8,12 +8,20 @@ JSON, a JSON record without its message field, and empty values become a
 recursion limit, a 5,000-digit number) is a `bad_json` reject, and anything
 else a parser can raise on input becomes an `unparsable` reject, so one
 message can never stop a consumer.
+
+Besides the line and its stream, a record may carry labels for alert routing
+(`input.label_fields`: label -> JSON field; `input.label_regex`: named groups
+on the line) and its event time (`input.timestamp_field`, RFC 3339 or unix
+seconds/milliseconds; else the source's own timestamp). A label or time that
+cannot be found is left out: that is not an error.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -39,6 +47,8 @@ INPUT_ERRORS = (
     AttributeError,
 )
 MAX_DETAIL_CHARS = 200  # a reject's detail is logged: never the hostile payload itself
+MAX_LABEL_CHARS = 128  # a label value from a record is cut to this (it is routed on, not read)
+_MILLIS_AFTER = 1e11  # a numeric event time above this is in milliseconds (1e11 s is year 5138)
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +75,9 @@ class RecordParser:
         self._regex = compile_safe(settings.stream_regex) if settings.stream_regex else None
         self._message_path = settings.message_field.split(".")
         self._stream_path = settings.stream_field.split(".") if settings.stream_field else None
+        self._label_paths = {name: path.split(".") for name, path in settings.label_fields.items()}
+        self._label_regex = compile_safe(settings.label_regex) if settings.label_regex else None
+        self._time_path = settings.timestamp_field.split(".") if settings.timestamp_field else None
 
     def parse(
         self,
@@ -74,10 +87,11 @@ class RecordParser:
         source: str = "",
         offset: int | None = None,
         timestamp: float | None = None,
+        source_kind: str = "",
     ) -> LogRecord | Rejected:
         """The message's LogRecord, or a Rejected saying why not; never raises on any input."""
         try:
-            return self._parse(value, key, source, offset, timestamp)
+            return self._parse(value, key, source, offset, timestamp, source_kind)
         except INPUT_ERRORS as exc:
             return Rejected("unparsable", f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS])
 
@@ -88,6 +102,7 @@ class RecordParser:
         source: str,
         offset: int | None,
         timestamp: float | None,
+        source_kind: str,
     ) -> LogRecord | Rejected:
         if value is None or not value.strip():
             return Rejected("empty", "no value" if value is None else "blank value")
@@ -118,7 +133,29 @@ class RecordParser:
         if not line.strip():
             return Rejected("empty", "blank message")
         stream = _valid_utf8(self._stream(line, key, fields))
-        return LogRecord(line, stream=stream, source=source, offset=offset, timestamp=timestamp)
+        if fields is not None and self._time_path is not None:
+            timestamp = _event_time(_lookup(fields, self._time_path)) or timestamp
+        return LogRecord(
+            line, stream=stream, source=source, offset=offset, timestamp=timestamp,
+            labels=self._labels(line, fields), source_kind=source_kind,
+        )  # fmt: skip
+
+    def _labels(self, line: str, fields: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+        """Labels for routing: JSON fields first, then the regex's named groups (sorted by name)."""
+        found: dict[str, str] = {}
+        if fields is not None:
+            for name, path in self._label_paths.items():
+                value = _lookup(fields, path)
+                if isinstance(value, str | int | float | bool) and value != "":
+                    found[name] = _valid_utf8(str(value))[:MAX_LABEL_CHARS]
+        if self._label_regex is not None:
+            match = self._label_regex.search(line)
+            if match is not None:
+                for name in self._label_regex.groupindex:
+                    value = match.group(name)
+                    if value:
+                        found.setdefault(name, value[:MAX_LABEL_CHARS])
+        return tuple(sorted(found.items()))
 
     def _stream(self, line: str, key: bytes | None, fields: dict[str, Any] | None) -> str:
         found: Any = None
@@ -134,6 +171,22 @@ class RecordParser:
         if found is None or found == "":
             return self.settings.default_stream
         return str(found)
+
+
+def _event_time(value: Any) -> float | None:
+    """RFC 3339 text or unix seconds/milliseconds -> unix seconds; None if it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = value / 1000 if value > _MILLIS_AFTER else float(value)
+        return seconds if math.isfinite(seconds) and seconds > 0 else None
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def _valid_utf8(text: str) -> str:

@@ -17,4 +17,4 @@ def read_stdin(parser: RecordParser, rejects: RejectLog) -> Iterator[LogRecord]:
     the parser, which turns any bad input into a counted reject.
     """
     lines = bounded_lines(sys.stdin.buffer, parser.settings.max_message_bytes)
-    yield from parse_lines(lines, "stdin", parser, rejects)
+    yield from parse_lines(lines, "stdin", parser, rejects, kind="stdin")

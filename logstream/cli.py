@@ -18,10 +18,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from logstream.alerts.alert import rfc3339
+from logstream.alerts.cli import add_silence
+from logstream.alerts.cli import app as alerts_app
 from logstream.alerts.config import AlertsConfig, parse_duration
 from logstream.alerts.config import load_config as load_alerts_config
 from logstream.alerts.pipeline import format_alert, run_replay_alerts
-from logstream.alerts.silences import parse_matchers, silence_for
 from logstream.demo import write_demo_logs
 from logstream.inputs import (
     InputError,
@@ -326,15 +327,21 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
 
 @app.command("silence")
 def silence_command(
-    alerts: Annotated[Path, typer.Option(help="Alert routes file (its silences_file gets the silence).")],
-    match: Annotated[list[str], typer.Option(help="LABEL=GLOB, e.g. stream='prod-db*'; repeatable.")],
+    alerts: Annotated[Path, typer.Option(help="Alert routes file (its outbox stores the silence).")],
+    match: Annotated[
+        list[str],
+        typer.Option(help='Matcher: label="value", !=, =~ or !~, e.g. stream=~"prod-db.*"; repeatable.'),
+    ],
     duration: Annotated[str, typer.Option("--for", help="How long, e.g. 30m, 2h.")],
     comment: Annotated[str, typer.Option(help="Why (shown in logs).")] = "",
     by: Annotated[str, typer.Option(help="Who.")] = "",
 ) -> None:
-    """Mute alerts whose labels match, for a while; a running serve picks it up."""
-    made = silence_for(alerts, parse_matchers(match), parse_duration(duration), comment, by)
-    sys.stdout.write(f"silenced {made.matchers} until {rfc3339(made.expires_at)}\n")
+    """Mute alerts whose labels match, for a while (same as `logstream alerts silence add`)."""
+    made = add_silence(alerts, match, parse_duration(duration), comment=comment, by=by)
+    sys.stdout.write(f"{made.id}: silenced until {rfc3339(made.expires_at)}\n")
+
+
+app.add_typer(alerts_app, name="alerts", help="Check routes files; add, list and expire silences.")
 
 
 @app.command("serve")

@@ -19,7 +19,7 @@ from logstream.engine import StreamingEngine
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import seeded_miner
-from logstream.records import Anomaly, LogRecord
+from logstream.records import Anomaly, LogRecord, location
 from logstream.scoring import Calibration, Observation, ScoringConfig, line_score, severity
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
@@ -223,4 +223,8 @@ class Detector:
             source=record.source,
             offset=record.offset,
             model_id=self.model_id,
+            event_time=record.timestamp,
+            location=location(record),
+            model_version=str(self.meta.get("created_at", "")),
+            labels=record.labels,
         )

@@ -19,7 +19,9 @@ class LogRecord:
     stream: str = "default"
     source: str = ""
     offset: int | None = None
-    timestamp: float | None = None
+    timestamp: float | None = None  # event time, unix seconds (a JSON field, else Kafka's)
+    labels: tuple[tuple[str, str], ...] = ()  # from the record, for alert routing (input.label_*)
+    source_kind: str = ""  # "kafka" (source = topic/partition) | "file" (source = path) | "stdin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +50,22 @@ class Anomaly:
     offset: int | None = None
     model_id: str = ""
     detected_at: float = field(default_factory=time.time)
+    # context for whoever is paged (all optional; see docs/alerts.md "What an alert carries")
+    event_time: float | None = None  # the log's own time (the record's timestamp), unix s
+    location: str = ""  # "topic/partition@offset" or "path:line" (1-based)
+    context_before: tuple[str, ...] = ()  # the stream's lines just before (oldest first)
+    context_after: tuple[str, ...] = ()  # the stream's next lines, when already at hand
+    model_version: str = ""  # when the model was trained (logstream.json created_at)
+    labels: tuple[tuple[str, str], ...] = ()  # from the record, for routing (team, namespace ...)
+
+
+def location(record: LogRecord) -> str:
+    """Where a line came from, as a responder would look it up: `topic/partition@offset`
+    for Kafka, `path:line` (1-based, as an editor counts) for a file, else the source."""
+    if record.offset is None:
+        return record.source
+    if record.source_kind == "kafka":
+        return f"{record.source}@{record.offset}"
+    if record.source_kind in ("file", "stdin"):
+        return f"{record.source}:{record.offset + 1}"
+    return f"{record.source}#{record.offset}" if record.source else ""

@@ -32,6 +32,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from logstream.alerts.config import LABEL_NAMES
+from logstream.alerts.matchers import is_label_name
 from logstream.regex import check_python_regex, compile_safe
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
@@ -127,6 +129,14 @@ class InputSettings(_Section):
     default_stream: str = Field(default="default", min_length=1)
     # Larger messages are rejected as "oversized" (counted, never scored).
     max_message_bytes: int = Field(default=65_536, gt=0)
+    # Labels for alert routing taken from the record (declare them in the routes file's
+    # record_labels): label -> JSON field (dotted path; format json), and/or a regex on the
+    # line whose named groups are labels, e.g. 'ns=(?P<namespace>[a-z0-9-]+)'.
+    label_fields: dict[str, str] = Field(default_factory=dict)
+    label_regex: str | None = None
+    # format json: the field with the event time (RFC 3339 or unix s/ms); alerts start at it.
+    # Without it (or when a record lacks it) Kafka's message timestamp is used.
+    timestamp_field: str | None = None
 
     @field_validator("stream_regex")
     @classmethod
@@ -135,13 +145,41 @@ class InputSettings(_Section):
             compile_safe(value)  # RE2: runs on untrusted lines, so it must not backtrack
         return value
 
+    @field_validator("label_regex")
+    @classmethod
+    def _label_regex_has_names(cls, value: str | None) -> str | None:
+        if value is not None:
+            names = list(compile_safe(value).groupindex)
+            if not names:
+                raise ValueError("label_regex needs named groups, e.g. (?P<namespace>[a-z0-9-]+)")
+            _check_label_names(names)
+        return value
+
+    @field_validator("label_fields")
+    @classmethod
+    def _label_field_names(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_label_names(list(value))
+        return value
+
     @model_validator(mode="after")
     def _key_source_is_configured(self) -> InputSettings:
         if self.stream_key == "json_field" and (self.format != "json" or not self.stream_field):
             raise ValueError("stream_key json_field needs format json and stream_field")
         if self.stream_key == "regex" and not self.stream_regex:
             raise ValueError("stream_key regex needs stream_regex")
+        if (self.label_fields or self.timestamp_field) and self.format != "json":
+            raise ValueError(
+                "label_fields and timestamp_field need format json (use label_regex on plain lines)"
+            )
         return self
+
+
+def _check_label_names(names: list[str]) -> None:
+    for name in names:
+        if not is_label_name(name):
+            raise ValueError(f"{name!r} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")
+        if name in LABEL_NAMES:
+            raise ValueError(f"{name!r} is a built-in alert label; a record label cannot replace it")
 
 
 class SinkSettings(_Section):

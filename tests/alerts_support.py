@@ -62,11 +62,15 @@ def anomaly(
 
 
 def write_routes(tmp_path: Path, receivers: list[dict[str, Any]], **top: Any) -> Path:
-    """A routes file: one root route to the first receiver, fast timers, tiny backoff."""
+    """A routes file: one root route to the first receiver, fast timers, tiny backoff.
+
+    Groups are per stream *and template* here, so that these tests' distinct templates are
+    distinct alerts; the default grouping (by stream) has its own tests."""
     doc: dict[str, Any] = {
         "global": {"resolve_timeout": "10m"},
         "route": {
             "receiver": receivers[0]["name"],
+            "group_by": ["stream", "template"],
             "group_wait": "0s",
             "group_interval": "1m",
             "repeat_interval": "1h",

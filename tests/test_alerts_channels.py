@@ -70,7 +70,7 @@ def test_slack_incoming_webhook_text_and_blocks_within_limits(tmp_path: Path) ->
     assert message["text"].startswith(":rotating_light: prod-api: 2 anomalous")
     header, fields, code, context = message["blocks"]
     assert header["type"] == "header" and len(header["text"]["text"]) <= 150
-    assert len(fields["fields"]) == 4
+    assert len(fields["fields"]) == 6  # count, score, since, model, source, template
     assert code["text"]["type"] == "mrkdwn" and len(code["text"]["text"]) <= 3000
     assert context["type"] == "context"
 

@@ -1,7 +1,9 @@
-"""The CLI wiring: `logstream replay --alerts [--deliver]` and `logstream silence`."""
+"""The CLI wiring: `logstream replay --alerts [--deliver]`, `logstream alerts check` and
+`logstream alerts silence add|list|expire` (and the older `logstream silence`)."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +34,10 @@ def log_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _notifications(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if " firing " in line or " resolved " in line]
+def _notifications(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The notification lines (on stderr with --json, which keeps stdout for the JSON)."""
+    text = result.stdout + result.stderr
+    return [line for line in text.splitlines() if " firing " in line or " resolved " in line]
 
 
 def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, tmp_path: Path) -> None:
@@ -43,7 +47,7 @@ def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, t
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes)
         sent = len(receiver.requests)
     assert result.returncode == 0, result.stderr
-    lines = _notifications(result.stdout)
+    lines = _notifications(result)
     assert lines and sent == 0
     assert sum(" firing " in line for line in lines) == sum(" resolved " in line for line in lines)
     assert all("team/webhook/0" in line for line in lines)
@@ -57,7 +61,7 @@ def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes, "--deliver")
         received = receiver.ok()
     assert result.returncode == 0, result.stderr
-    assert len(received) == len(_notifications(result.stdout)) > 0
+    assert len(received) == len(_notifications(result)) > 0
 
 
 def test_bad_routes_file_fails_before_scoring(log_file: Path, tmp_path: Path) -> None:
@@ -77,16 +81,81 @@ def test_deliver_without_alerts_is_cli_misuse(log_file: Path) -> None:
     assert result.returncode == 2 and "--deliver needs --alerts" in result.stderr
 
 
-def test_silence_command_writes_the_silences_file(tmp_path: Path) -> None:
-    """`logstream silence` appends a silence with the matchers and an expiry to silences_file."""
-    silences = tmp_path / "silences.yaml"
-    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], silences_file=str(silences))
-    result = logstream(
-        "silence", "--alerts", routes, "--match", "stream=prod-db*", "--match", "severity=warning",
-        "--for", "90m", "--comment", "failover drill",
+def test_silence_add_list_expire_use_the_outbox_database(tmp_path: Path) -> None:
+    """`alerts silence add` stores a silence in the outbox DB; `list` shows it; `expire` ends it."""
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
+    added = logstream(
+        "alerts", "silence", "add", "--alerts", routes, "-m", 'stream=~"prod-db.*"', "-m", "severity!=warning",
+        "--for", "90m", "-c", "failover drill", "--by", "ana",
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    (saved,) = yaml.safe_load(silences.read_text())
-    assert saved["matchers"] == {"stream": "prod-db*", "severity": "warning"}
-    assert saved["expires_at"] - saved["starts_at"] == pytest.approx(5400)
-    assert saved["comment"] == "failover drill"
+    assert added.returncode == 0, added.stderr
+    silence_id = added.stdout.split(":")[0]
+    listed = logstream("alerts", "silence", "list", "--alerts", routes)
+    assert listed.returncode == 0, listed.stderr
+    (line,) = listed.stdout.splitlines()
+    assert line.startswith(silence_id) and " active " in line
+    assert '{stream=~"prod-db.*", severity!="warning"} by ana: failover drill' in line
+    with sqlite3.connect(tmp_path / "outbox.sqlite") as db:
+        assert db.execute("SELECT id FROM silences").fetchall() == [(silence_id,)]
+    expired = logstream("alerts", "silence", "expire", "--alerts", routes, silence_id)
+    assert expired.returncode == 0, expired.stderr
+    assert logstream("alerts", "silence", "list", "--alerts", routes).stdout == ""
+    again = logstream("alerts", "silence", "list", "--alerts", routes, "--expired")
+    assert " expired " in again.stdout
+
+
+def test_silence_expire_of_an_unknown_id_is_one_error_line(tmp_path: Path) -> None:
+    """Expiring an id that is not in effect: exit 2 and one line saying so."""
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
+    result = logstream("alerts", "silence", "expire", "--alerts", routes, "nope")
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: no silence 'nope' in effect (see `logstream alerts silence list`)"
+    )
+
+
+def test_silence_refuses_a_glob_under_exact_equality(tmp_path: Path) -> None:
+    """`stream=prod-db*` (an older release's glob) is refused with the =~ spelling to use."""
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
+    result = logstream("silence", "--alerts", routes, "--match", "stream=prod-db*", "--for", "1h")
+    assert result.returncode == 2
+    assert 'stream=~"prod-db.*"' in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_legacy_silences_file_is_imported_into_the_outbox(tmp_path: Path) -> None:
+    """A silences_file from an older release is imported once, and its entries can be expired."""
+    silences = tmp_path / "silences.yaml"
+    old = [
+        {"matchers": {"stream": "prod-db*"}, "starts_at": 0, "expires_at": 4_000_000_000, "comment": "old"}
+    ]
+    silences.write_text(yaml.safe_dump(old))
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], silences_file=str(silences))
+    first = logstream("alerts", "silence", "list", "--alerts", routes)
+    assert first.returncode == 0, first.stderr
+    (line,) = first.stdout.splitlines()
+    assert line.startswith("file-") and "{stream=prod-db*}" in line and line.endswith(": old")
+    silence_id = line.split()[0]
+    assert logstream("alerts", "silence", "expire", "--alerts", routes, silence_id).returncode == 0
+    assert logstream("alerts", "silence", "list", "--alerts", routes).stdout == ""  # not re-imported
+
+
+def test_alerts_check_needs_no_secrets_and_lists_every_problem(tmp_path: Path) -> None:
+    """`alerts check` passes without the env secrets; a broken file gets all its errors at once."""
+    routes = write_routes(tmp_path, [{"name": "team", "webhook_configs": [{"url": "${NOT_SET_ANYWHERE}"}]}])
+    ok = logstream("alerts", "check", routes)
+    assert ok.returncode == 0, ok.stderr
+    resolved = logstream("alerts", "check", routes, "--resolve-secrets")
+    assert resolved.returncode == 2 and "NOT_SET_ANYWHERE is not set" in resolved.stderr
+    doc = yaml.safe_load(routes.read_text())
+    doc["route"]["receiver"] = "pager"
+    doc["route"]["group_wait"] = "soon"
+    doc["route"]["routes"] = [{"matchers": ["host=web"], "receiver": "team"}]
+    routes.write_text(yaml.safe_dump(doc))
+    bad = logstream("alerts", "check", routes)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    for problem in (
+        "route.receiver: unknown receiver 'pager'",
+        "route.group_wait: not a duration",
+        "unknown label 'host'",
+    ):
+        assert problem in bad.stderr
+    assert "more)" not in bad.stderr
