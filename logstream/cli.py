@@ -1,22 +1,28 @@
 """The `logstream` command line: train, replay (and serve, bench).
 
 Errors a user can fix are one line on stderr and exit code 2, never a traceback.
+torch and transformers load only inside the commands that need them, so `--help` and
+`--version` answer at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from logstream import __version__
 from logstream.alerts.alert import rfc3339
 from logstream.alerts.cli import add_silence
 from logstream.alerts.cli import app as alerts_app
@@ -24,24 +30,39 @@ from logstream.alerts.config import AlertsConfig, parse_duration
 from logstream.alerts.config import load_config as load_alerts_config
 from logstream.alerts.pipeline import format_alert, run_replay_alerts
 from logstream.demo import write_demo_logs
-from logstream.inputs import (
-    InputError,
-    InputStats,
-    compile_stream_key,
-    read_lines,
-    read_sessions,
-    streams_from_lines,
-    streams_from_sessions,
-)
-from logstream.model import PRESETS, ModelDirError
 from logstream.records import Anomaly
-from logstream.replay import ReplayOptions, ReplayProgress, ReplayReport, load_replay_input, run_replay
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, ScoringConfig, severity
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, severity
 from logstream.synth import STREAM_KEY
-from logstream.train import TrainConfig, save, train
+
+if TYPE_CHECKING:
+    from logstream.groups import Group
+    from logstream.replay import ReplayReport, Unit
+    from logstream.train import TrainConfig
+
+# Hugging Face and tqdm progress bars ("Loading weights", "Writing model shards") would mix
+# with ours on stderr; set before transformers is first imported.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+PRESET_NAMES = ("tiny", "small", "base")  # logstream.model.PRESETS (imports torch; a test keeps them equal)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"logstream {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass  # the options above; each command does the work
 
 
 class Format(StrEnum):
@@ -69,7 +90,7 @@ def _progress(disable: bool = False) -> Progress:
 PresetOpt = Annotated[
     str,
     typer.Option(
-        help=f"Model size: auto (tiny below 50,000 baseline lines, else small), {', '.join(PRESETS)}."
+        help=f"Model size: auto (tiny below 50,000 baseline lines, else small), {', '.join(PRESET_NAMES)}."
     ),
 ]
 WindowOpt = Annotated[
@@ -113,8 +134,11 @@ def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
     line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
 ) -> TrainConfig:  # fmt: skip
-    if preset != "auto" and preset not in PRESETS:
-        raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESETS)}")
+    from logstream.scoring import ScoringConfig
+    from logstream.train import TrainConfig
+
+    if preset != "auto" and preset not in PRESET_NAMES:
+        raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESET_NAMES)}")
     scoring = ScoringConfig(
         line_top_k=line_top_k, false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE
     )
@@ -163,6 +187,16 @@ def train_command(
     ] = DEFAULT_LINE_TOP_K,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
+    from logstream.inputs import (
+        InputStats,
+        compile_stream_key,
+        read_lines,
+        read_sessions,
+        streams_from_lines,
+        streams_from_sessions,
+    )
+    from logstream.train import save, train
+
     config = _train_config(preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate)
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
@@ -201,8 +235,8 @@ def train_summary(out: Path, meta: dict) -> str:
     )
 
 
-def print_report(report: ReplayReport, console: Console, top: int = 10) -> None:
-    anomalies = sorted((u for u in report.units if u.is_anomaly), key=lambda u: -u.score)
+def print_report(report: ReplayReport, groups: list[Group], console: Console, top: int = 10) -> None:
+    """The replay for a person: each model's threshold, then the anomalies grouped by template."""
     if len(report.chunks) > 1:
         chunks = Table(title="models of this replay (scores share one unit: -log10 p)")
         for column in (
@@ -220,16 +254,43 @@ def print_report(report: ReplayReport, console: Console, top: int = 10) -> None:
                 f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}",
             )  # fmt: skip
         console.print(chunks)
+    flagged = sum(g.count for g in groups)
     table = Table(
-        title=f"top anomalies ({len(anomalies)} {report.unit}s over threshold {report.threshold:.2f}, "
-        f"score = -log10 p of a normal {report.unit} scoring this high)"
+        title=f"anomalies by template: {flagged} {report.unit}s over threshold {report.threshold:.2f} in "
+        f"{len(groups)} groups (score = -log10 p of a normal {report.unit} scoring this high; "
+        "lines are 1-based in the file)"
     )
-    for column in ("score", "raw", "stream", report.unit, "most surprising tokens"):
+    for column in (
+        "worst",
+        "count",
+        "lines",
+        "stream",
+        "example: the line's template, surprising words in bold",
+    ):
         table.add_column(column, overflow="fold")
-    for u in anomalies[:top]:
-        tokens = ", ".join(f"{t!r} {nll:.1f}" for t, nll in u.top_tokens)
-        table.add_row(f"{u.score:.2f}", f"{u.raw:.2f}", u.stream, u.text[:160], tokens)
+    for g in groups[:top]:
+        streams = g.streams
+        table.add_row(
+            f"{g.worst.score:.2f}", str(g.count), f"{g.first}" if g.count == 1 else f"{g.first}-{g.last}",
+            streams[0] + (f" +{len(streams) - 1}" if len(streams) > 1 else ""), example_text(g.worst),
+        )  # fmt: skip
     console.print(table)
+    if len(groups) > top:
+        console.print(
+            f"... {len(groups) - top} more groups (--json or --report lists them all)", highlight=False
+        )
+
+
+def example_text(unit: Unit) -> Text:
+    """A unit's line as its template with the surprising words highlighted, and why (dim)."""
+    explanation = unit.explanation
+    if explanation is None:  # a session's worst line below the line threshold, or a stream end
+        return Text(unit.text[:200])
+    text = Text()
+    for piece, hit in explanation.segments:  # ** also marks the words where styles do not show
+        text.append(f"**{piece}**" if hit else piece, style="bold red" if hit else "")
+    text.append("\n" + explanation.summary, style="dim")
+    return text
 
 
 @app.command("replay")
@@ -248,8 +309,15 @@ def replay_command(
     stream_key: StreamKeyOpt = None,
     out: Annotated[Path | None, typer.Option(help="Write every score as JSONL here.")] = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="End stdout with one JSON summary line.")
+        bool,
+        typer.Option("--json", help="Write only one JSON summary line to stdout (tables go to stderr)."),
     ] = False,
+    report_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--report", help="Write a self-contained HTML report here (timeline, groups, patterns)."
+        ),
+    ] = None,
     auto_train: Annotated[
         AutoTrain,
         typer.Option(
@@ -272,10 +340,14 @@ def replay_command(
         bool, typer.Option("--deliver", help="With --alerts: send those alerts (default: dry run).")
     ] = False,
 ) -> None:
-    """Backtest: stream a file through the detector as if live, then show the top anomalies."""
+    """Backtest: stream a file through the detector as if live, then show the anomalies by template."""
+    from logstream.groups import anomaly_groups, group_by_template
+    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay
+
     if deliver and alerts is None:
         raise fail("--deliver needs --alerts FILE")
     check_out_file(out, "--out")
+    check_out_file(report_path, "--report")
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
@@ -296,14 +368,23 @@ def replay_command(
             progress.update(task[-1], advance=n, info=info)
 
         report = run_replay(options, data, ReplayProgress(phase, advance))
-    print_report(report, Console())
+    patterns = group_by_template(report.units)
+    groups = anomaly_groups(patterns)
+    human = err if json_output else Console()  # with --json, stdout holds only the JSON line
+    print_report(report, groups, human)
     if routes is not None:
-        print_alerts(report, routes, deliver)
-    summary = report.summary()
+        with contextlib.redirect_stdout(sys.stderr if json_output else sys.stdout):
+            print_alerts(report, routes, deliver)
+    summary = report.summary() | {"anomaly_groups": len(groups), "groups": [g.to_json() for g in groups]}
+    if report_path is not None:
+        from logstream.report import write_report
+
+        write_report(report, patterns, summary, report_path, title=f"logstream replay of {input.name}")
+        err.print(f"report: {report_path}", highlight=False)
     if json_output:
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
-        Console().print_json(json.dumps(summary))
+        human.print_json(json.dumps({k: v for k, v in summary.items() if k != "groups"}))
 
 
 def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
@@ -383,7 +464,7 @@ def demo_command(
     )  # fmt: skip
     replay_command(
         files.incidents, model=out / "model", format=Format.lines, labels=files.labels, stream_key=STREAM_KEY,
-        out=out / "scores.jsonl", json_output=False, auto_train=AutoTrain.first, preset=preset, window=window,
+        out=out / "scores.jsonl", json_output=False, report_path=out / "report.html", auto_train=AutoTrain.first, preset=preset, window=window,
         seed=0, epochs=2.0, min_steps=min(200, max_steps), max_steps=max_steps, false_alarm_rate=None,
         threshold=None, alerts=None, deliver=False,
     )  # fmt: skip
@@ -423,11 +504,23 @@ def bench_command(
         sys.stdout.write(json.dumps(results) + "\n")
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors a user can fix: ValueError, and InputError/ModelDirError when their (heavy)
+    modules were imported, which they were if one of them was raised."""
+    errors: list[type[Exception]] = [ValueError]
+    for module, name in (("logstream.inputs", "InputError"), ("logstream.model", "ModelDirError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
+
+
 def main() -> None:
     """Entry point: run the app, turning user-fixable errors into one line and exit 2."""
     try:
         app()
-    except (InputError, ModelDirError, ValueError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
 

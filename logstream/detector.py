@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from logstream.engine import StreamingEngine
+from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import seeded_miner
@@ -40,6 +41,7 @@ class ScoredLine:
     template: str | None = None
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
+    explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
 
     @property
     def is_anomaly(self) -> bool:
@@ -168,10 +170,11 @@ class Detector:
             level = self.scoring.severity(record.line)
             mined = self.miner.add(masked[i])
             evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new))
+            score = self.calibration.line_score(evidence, fit)
             out.append(
                 ScoredLine(
                     record=record,
-                    score=self.calibration.line_score(evidence, fit),
+                    score=score,
                     raw=evidence,
                     surprisal=ls.surprisal,
                     threshold=threshold,
@@ -182,11 +185,21 @@ class Detector:
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
                     ),
+                    explanation=self._explain(record, masked[i], token_nll, mined.new)
+                    if score > threshold
+                    else None,
                 )
             )
         if self.online is not None:
             self.online.observe([s.raw for s in out], [s.is_anomaly for s in out])
         return out
+
+    def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:
+        """The line's surprising words (only anomalies pay for it: one more tokenizer call)."""
+        offsets = line_token_offsets(self.tokenizer, masked)
+        return explain_line(
+            record.line, self.normalizer.rules, masked, offsets, token_nll, record.stream, novel
+        )
 
     def close(self, stream: str) -> ScoredLine | None:
         """End a stream: score the end-of-stream token (if the model learned ends) and free its cache."""

@@ -69,16 +69,21 @@ def _has_nul(raw: bytes, stats: InputStats) -> bool:
     return False
 
 
-def read_lines(path: Path, stats: InputStats) -> list[str]:
-    """All lines of a text log, in order (empty lines and lines with NUL bytes are counted and skipped)."""
+def read_lines(path: Path, stats: InputStats, numbers: list[int] | None = None) -> list[str]:
+    """All lines of a text log, in order (empty lines and lines with NUL bytes are counted and skipped).
+
+    `numbers`, if given, gets each kept line's 1-based line number in the file (as an editor counts).
+    """
     lines = []
-    for raw in _read_bytes(path).splitlines():
+    for number, raw in enumerate(_read_bytes(path).splitlines(), start=1):
         if not raw.strip():
             stats.bad["empty_line"] += 1
             continue
         if _has_nul(raw, stats):
             continue
         lines.append(_cut(_decode(raw, stats), stats))
+        if numbers is not None:
+            numbers.append(number)
     return lines
 
 
@@ -120,18 +125,21 @@ def _valid(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def read_sessions(path: Path, stats: InputStats) -> list[Session]:
+def read_sessions(path: Path, stats: InputStats, numbers: list[int] | None = None) -> list[Session]:
     """Sessions JSONL: {"session": id, "lines": [...], "label": 0|1 (optional)} per line.
 
     A record that is not such an object (bad JSON, nested past the recursion limit,
-    a label of 2 or 1e400) is counted as `bad_session_json` and skipped.
+    a label of 2 or 1e400) is counted as `bad_session_json` and skipped. `numbers`, if
+    given, gets each kept session's 1-based line number in the file.
     """
     sessions = []
-    for raw in _read_bytes(path).splitlines():
+    for number, raw in enumerate(_read_bytes(path).splitlines(), start=1):
         if not raw.strip() or _has_nul(raw, stats):
             continue
         try:
             sessions.append(_session(json.loads(_decode(raw, stats)), stats))
+            if numbers is not None:
+                numbers.append(number)
         except (ValueError, RecursionError):  # JSONDecodeError, int digits limit, _BadSession
             stats.bad["bad_session_json"] += 1
     if not sessions:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from logstream.detector import Detector, ScoredLine
+from logstream.explain import Explanation
 from logstream.inputs import (
     InputStats,
     Session,
@@ -72,12 +73,15 @@ class Unit:
     threshold: float
     label: int | None
     top_tokens: tuple[tuple[str, float], ...] = ()
-    index: int = 0  # line number (lines) or session number (sessions), 0-based
+    index: int = 0  # item number (lines or sessions read), 0-based; labels are indexed by it
     raw: float = 0.0  # nats: surprisal + severity prior + novelty
     surprisal: float = 0.0  # nats/token, the model alone
     level: str | None = None
     novel: bool = False
     chunk: int = 0  # which model scored it (prequential replay)
+    line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
+    template: str | None = None  # the template mined for the line when it was scored
+    explanation: Explanation | None = None  # its surprising words (anomalous lines only)
 
     @property
     def is_anomaly(self) -> bool:
@@ -158,24 +162,30 @@ class _Scorer:
         self.detector, self.chunk, self.tick, self.peak_cache_bytes = detector, chunk, tick, 0
 
     def lines(
-        self, lines: list[str], first_index: int, streams: list[str], labels: list[int] | None
+        self,
+        lines: list[str],
+        first_index: int,
+        streams: list[str],
+        labels: list[int] | None,
+        numbers: list[int],
     ) -> list[Unit]:
         units = []
-        records = [
-            LogRecord(line=line, stream=s, source="replay", offset=first_index + i)
+        records = [  # offset: the 0-based line of the file
+            LogRecord(line=line, stream=s, source="replay", offset=numbers[first_index + i] - 1)
             for i, (line, s) in enumerate(zip(lines, streams, strict=True))
         ]
-        for batch in _batches(records, LINE_BATCH):
-            for scored in self.detector.score(batch):
-                i = scored.record.offset
-                units.append(self._unit(scored, scored.score, labels[i] if labels else None, i))
+        for start in range(0, len(records), LINE_BATCH):
+            batch = records[start : start + LINE_BATCH]
+            for j, scored in enumerate(self.detector.score(batch)):
+                i = first_index + start + j
+                units.append(self._unit(scored, scored.score, labels[i] if labels else None, i, numbers[i]))
             self.peak_cache_bytes = max(self.peak_cache_bytes, self.detector.cache_bytes)
             self.tick(len(batch))
         for stream in set(streams):
             self.detector.close(stream)
         return units
 
-    def sessions(self, sessions: list[Session], first_index: int) -> list[Unit]:
+    def sessions(self, sessions: list[Session], first_index: int, numbers: list[int]) -> list[Unit]:
         units = []
         calibration = self.detector.calibration
         for offset, batch in enumerate(_batches(sessions, SESSION_BATCH)):
@@ -192,18 +202,19 @@ class _Scorer:
                 worst = max([*lines, *([end] if end else [])], key=lambda s: s.score, default=None)
                 index = first_index + offset * SESSION_BATCH + j
                 if worst is not None:
-                    units.append(self._unit(worst, score, session.label, index, stream=session.id))
+                    units.append(self._unit(worst, score, session.label, index, numbers[index], session.id))
             self.tick(len(records))
         return units
 
     def _unit(
-        self, scored: ScoredLine, score: float, label: int | None, index: int, stream: str | None = None
-    ) -> Unit:
+        self, scored: ScoredLine, score: float, label: int | None, index: int, line: int,
+        stream: str | None = None,
+    ) -> Unit:  # fmt: skip
         return Unit(
             stream=stream or scored.record.stream, text=scored.record.line, score=score,
             threshold=scored.threshold, label=label, top_tokens=scored.top_tokens, index=index,
             raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
-            chunk=self.chunk,
+            chunk=self.chunk, line=line, template=scored.template, explanation=scored.explanation,
         )  # fmt: skip
 
 
@@ -237,19 +248,25 @@ class ReplayInput:
     key: re.Pattern[str] | None
     stats: InputStats
     detector: Detector | None  # loaded from --model, else trained during the replay
+    numbers: list[int] = field(default_factory=list)  # each item's 1-based line in the file
+
+    def __post_init__(self) -> None:
+        if not self.numbers:  # items not read from a file: number them 1..n
+            self.numbers = list(range(1, len(self.items) + 1))
 
 
 def load_replay_input(options: ReplayOptions) -> ReplayInput:
     """Read and check input and model before any work starts; raises InputError/ModelDirError."""
     stats = InputStats()
     key = compile_stream_key(options.stream_key)
+    numbers: list[int] = []
     if options.format == "sessions":
-        items: list[Any] = read_sessions(options.input, stats)
+        items: list[Any] = read_sessions(options.input, stats, numbers)
     else:
-        items = read_lines(options.input, stats)
+        items = read_lines(options.input, stats, numbers)
     labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
     detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
-    return ReplayInput(items, labels, key, stats, detector)
+    return ReplayInput(items, labels, key, stats, detector, numbers)
 
 
 def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
@@ -340,12 +357,12 @@ def score_parts(
     for k, part in enumerate(parts):
         scorer = _Scorer(part.detector, k, lambda n: progress.advance(n, ""))
         if options.format == "sessions":
-            units += scorer.sessions(part.items, part.first)
+            units += scorer.sessions(part.items, part.first, data.numbers)
             stream_names.update(s.id for s in part.items)
             scored_lines += sum(len(s.lines) for s in part.items)
         else:
             streams = [stream_of(line, data.key) for line in part.items]
-            units += scorer.lines(part.items, part.first, streams, data.labels)
+            units += scorer.lines(part.items, part.first, streams, data.labels, data.numbers)
             stream_names.update(streams)
             scored_lines += len(part.items)
         peak = max(peak, scorer.peak_cache_bytes)
@@ -373,9 +390,12 @@ def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
 
 
 def write_scores(report: ReplayReport, path: Path) -> None:
+    """One JSON row per scored item; `line` is 1-based in the input file, `index` the 0-based item."""
     with path.open("w", encoding="utf-8") as f:
         for u in report.units:
-            row = {"index": u.index, "stream": u.stream, "score": round(u.score, 4), "threshold": round(u.threshold, 4),
-                   "anomaly": u.is_anomaly, "raw": round(u.raw, 4), "surprisal": round(u.surprisal, 4),
-                   "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "text": u.text}  # fmt: skip
+            row = {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
+                   "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
+                   "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk,
+                   "label": u.label, "template": u.template, "text": u.text,
+                   "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
             f.write(json.dumps(row) + "\n")

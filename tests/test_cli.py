@@ -1,4 +1,6 @@
-"""The CLI contract: a train + replay round trip, and bad input as one line with exit code 2."""
+"""The CLI contract: a train + replay round trip, output people can act on (groups, 1-based line
+numbers, JSON-only stdout, no foreign progress bars, a fast --help), and bad input as one line
+with exit code 2."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ def cli_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--max-steps", "20", "--stream-key", STREAM_KEY,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    (tmp / "train.stderr").write_text(result.stderr)  # for test_no_hugging_face_progress_bars
     return out
 
 
@@ -63,7 +66,8 @@ def test_train_writes_a_model_directory(cli_model: Path) -> None:
 
 
 def test_replay_json_summary_with_labels(cli_model: Path, tmp_path: Path) -> None:
-    """replay --json ends stdout with one JSON object holding the contract's keys, metrics included."""
+    """replay --json writes only one JSON object to stdout, holding the contract's keys and metrics;
+    the table goes to stderr."""
     log = generate_lines(300, seed=12, incidents=INCIDENT_KINDS)
     path = write_lines(tmp_path / "test.log", log.lines)
     labels = write_lines(tmp_path / "labels.txt", [str(x) for x in log.labels])
@@ -73,7 +77,9 @@ def test_replay_json_summary_with_labels(cli_model: Path, tmp_path: Path) -> Non
         "--out", scores, "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)  # the whole of stdout: `| jq` works
+    assert result.stdout.count("\n") == 1
+    assert "anomalies by template" in result.stderr
     assert summary.keys() >= ALWAYS_KEYS | LABEL_KEYS
     assert summary["lines"] == len(log.lines)
     assert summary["streams"] == len({line.split()[1] for line in log.lines})
@@ -181,3 +187,79 @@ def test_unknown_preset_is_cli_misuse(tmp_path: Path) -> None:
     """A wrong flag value is CLI misuse: exit 2, one clear line."""
     path = write_lines(tmp_path / "x.log", ["a line"] * 30)
     assert_one_line_error(logstream("train", path, "--out", tmp_path / "m", "--preset", "huge"), "--preset")
+
+
+def test_version() -> None:
+    """--version prints the package version and exits 0."""
+    from logstream import __version__
+
+    result = logstream("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"logstream {__version__}"
+
+
+def test_help_does_not_import_torch() -> None:
+    """--help (and every command's --help) loads neither torch nor transformers: they are imported
+    only inside the commands that need them, so help answers at once."""
+    code = (
+        "import sys\n"
+        "from logstream.cli import main\n"
+        "for args in (['--help'], ['replay', '--help'], ['train', '--help'], ['demo', '--help']):\n"
+        "    sys.argv = ['logstream', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, (args, exc.code)\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout and "--report" in result.stdout
+
+
+def test_preset_names_match_the_model_presets() -> None:
+    """The CLI's preset names (kept so --help need not import torch) are the model's presets."""
+    from logstream.cli import PRESET_NAMES
+    from logstream.model import PRESETS
+
+    assert tuple(PRESETS) == PRESET_NAMES
+
+
+def test_no_hugging_face_progress_bars(cli_model: Path, tmp_path: Path) -> None:
+    """Neither training (writing shards) nor loading a model (loading weights) shows HF/tqdm bars."""
+    path = write_lines(tmp_path / "x.log", generate_lines(30, seed=3).lines)
+    result = logstream("replay", path, "--model", cli_model, "--json")
+    assert result.returncode == 0, result.stderr
+    for stderr in (result.stderr, (cli_model.parent / "train.stderr").read_text()):
+        assert "Loading weights" not in stderr and "Writing model shards" not in stderr
+        assert "it/s]" not in stderr  # tqdm's rate suffix
+
+
+def test_replay_line_numbers_match_the_file_and_groups(cli_model: Path, tmp_path: Path) -> None:
+    """Line numbers are 1-based and count empty lines, as an editor does; anomalies are grouped by
+    template with count, first and last line, worst score and an explained example."""
+    log = generate_lines(300, seed=12, incidents=INCIDENT_KINDS)
+    file_lines = [*log.lines[:5], "", "   ", *log.lines[5:150], "", *log.lines[150:]]
+    path = write_lines(tmp_path / "gaps.log", file_lines)
+    scores = tmp_path / "scores.jsonl"
+    result = logstream(
+        "replay", path, "--model", cli_model, "--stream-key", STREAM_KEY, "--out", scores, "--json",
+        "--threshold", "1.0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in scores.read_text().splitlines()]
+    assert len(rows) == len(log.lines)
+    assert all(file_lines[row["line"] - 1] == row["text"] for row in rows)
+    assert [row["index"] for row in rows] == list(range(len(log.lines)))
+    summary = json.loads(result.stdout)
+    groups = summary["groups"]
+    assert groups and summary["anomaly_groups"] == len(groups)
+    assert sum(g["count"] for g in groups) == summary["anomalies"]
+    assert [g["worst_score"] for g in groups] == sorted((g["worst_score"] for g in groups), reverse=True)
+    flagged = {row["line"]: row for row in rows if row["anomaly"]}
+    for g in groups:
+        assert g["first_line"] in flagged and g["last_line"] in flagged and g["first_line"] <= g["last_line"]
+        assert flagged[g["worst_line"]]["text"] == g["example"]
+        assert g["explanation"] is not None and g["explanation"]["summary"]
+    assert len(groups) < summary["anomalies"]  # similar lines share a row

@@ -1,0 +1,221 @@
+"""Why a line scored high, in the words of the original line (not BPE pieces).
+
+The model scores the *masked* line (`normalize`: numbers, hosts, ids ... become `<NUM>`,
+`<HOST>`, `<ID>`), one byte-level BPE token at a time. An explanation maps that back:
+
+1. **Tokens to words.** A word is a run of word characters (`\\w+`, joined by `.` or `-`:
+   `events_daily`, `v1.2`, `web-1`) or one mask placeholder (`<NUM>`) of the masked line. A
+   token belongs to the word holding its first word character, so ` sta`, `r`, `te`, `d` are
+   all `started`. A word's surprisal is the sum of its tokens' surprisal: `-ln p(word | the
+   line so far and the stream's past)`, so a word split into many pieces is one number.
+   Tokens without a word character (spaces, `=`, `:`, the newline that ends the line) count
+   in the line score but never stand as the explanation.
+2. **Masked words to original text.** Masking is replayed rule by rule with a map from each
+   masked character to the original characters it stands for, so `<NUM>` shows as `2908`.
+   The model never saw that value, only "a number here"; the reason says so.
+3. **The stream key is not evidence.** The words where the line spells its stream's name
+   (`web-1`, a host, a block id) are skipped: which stream a line belongs to is given,
+   and host or block digits would otherwise dominate. When masking already hid the key
+   (syslog hosts become `<HOST>`), the placeholder is skipped just the same.
+
+Only what the model says is claimed: "1 in N" is the model's probability of that word at
+that place, given the line so far and the stream's recent lines (the window), not a
+frequency over the stream's history.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from logstream.normalize import MAX_LINE_CHARS, MaskRule
+
+MAX_WORDS = 3  # words named in an explanation
+MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name
+RELATIVE_CUT = 0.3  # ... nor one below this share of the most surprising word
+
+_WORD = re.compile(r"<[A-Z][A-Z0-9_]*>|\w+(?:[.-]\w+)*")
+_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of the line and how surprising the model found it."""
+
+    text: str  # as in the original line (a masked value shows its original text)
+    start: int  # span in the original line
+    end: int
+    nats: float  # -ln p(word | context): the sum of its tokens' surprisal
+    masked: str | None = None  # the placeholder the model saw instead (e.g. "<NUM>"), if any
+
+    @property
+    def chance(self) -> str:
+        """The model's probability of this word here: "1 in 2,981", or "1 in 10^12" when tiny."""
+        if self.nats < math.log(1e6):
+            return f"1 in {math.exp(self.nats):,.0f}"
+        return f"1 in 10^{self.nats / math.log(10):.0f}"
+
+    @property
+    def reason(self) -> str:
+        if self.masked is not None:
+            return f"a {self.masked} here: {self.chance} (values are masked: the model sees only the kind, not {self.text!r})"
+        return f"{self.text!r} here: {self.chance}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"text": self.text, "start": self.start, "end": self.end, "nats": round(self.nats, 3),
+                "masked": self.masked, "reason": self.reason}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The surprising words of one line, and the line's template with them highlighted."""
+
+    line: str  # the original line
+    words: tuple[Word, ...]  # most surprising first; empty when no word stands out
+    segments: tuple[tuple[str, bool], ...]  # the masked line, surprising words in original text (True)
+    novel: bool = False  # the line's template is new to the model
+
+    @property
+    def template(self) -> str:
+        """The line as the model saw it, the surprising words restored (plain text)."""
+        return "".join(text for text, _ in self.segments)
+
+    @property
+    def marked(self) -> str:
+        """The template with the surprising words in **bold** (Markdown)."""
+        return "".join(f"**{text}**" if hit else text for text, hit in self.segments)
+
+    @property
+    def summary(self) -> str:
+        """One line for a table or an alert: the words and what the model says about them."""
+        parts = [w.reason for w in self.words]
+        if parts:
+            parts[0] = "the model's chance of " + parts[0]
+        if self.novel:
+            parts.append("the line's template is new to the model")
+        if not parts:
+            return "no single word stands out: the line's shape (punctuation, its end) is unusual"
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, object]:
+        return {"template": self.marked, "words": [w.to_json() for w in self.words],
+                "novel": self.novel, "summary": self.summary}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(rules: tuple[MaskRule, ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(r.pattern), r.replacement) for r in rules)
+
+
+def mask_with_map(rules: tuple[MaskRule, ...], line: str) -> tuple[str, list[tuple[int, int]]]:
+    """`Normalizer.mask(line)` and, for each masked character, the span of `line` it stands for.
+
+    Replays the rules in order as `Normalizer.mask` does (same regexes, same matches), so
+    the masked text is identical; a placeholder's characters all map to the matched span.
+    """
+    text = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")  # as Normalizer.mask
+    spans = [(i, i + 1) for i in range(len(text))]  # same length as `line`'s head: indexes agree
+    for regex, replacement in _compiled(rules):
+        out: list[str] = []
+        out_spans: list[tuple[int, int]] = []
+        last = 0
+        for match in regex.finditer(text):
+            start, end = match.span()
+            out.append(text[last:start])
+            out_spans += spans[last:start]
+            new = match.expand(replacement)
+            if end > start:
+                source = (spans[start][0], spans[end - 1][1])
+            else:  # an empty match stands for nothing: anchor it where it is
+                at = spans[start][0] if start < len(spans) else len(line)
+                source = (at, at)
+            out.append(new)
+            out_spans += [source] * len(new)
+            last = end
+        out.append(text[last:])
+        out_spans += spans[last:]
+        text, spans = "".join(out), out_spans
+    return text, spans
+
+
+def explain_line(
+    line: str,
+    rules: tuple[MaskRule, ...],
+    masked: str,
+    token_offsets: list[tuple[int, int]],
+    token_nll: np.ndarray,
+    stream: str = "",
+    novel: bool = False,
+) -> Explanation:
+    """Explain one scored line.
+
+    line: the original line; masked: what the model saw (`Normalizer.mask(line)`);
+    token_offsets: each token's character span in `masked + "\\n"`; token_nll: [T] surprisal
+    (nats) of those tokens; stream: the stream's name (its words in the line are skipped).
+    """
+    replayed, spans = mask_with_map(rules, line)
+    if replayed != masked:  # custom rules we cannot replay: explain in the masked text itself
+        line, spans = masked, [(i, i + 1) for i in range(len(masked))]
+    words = list(_WORD.finditer(masked))
+    owner = np.full(len(masked) + 1, -1)  # masked char -> index of the word holding it
+    for k, m in enumerate(words):
+        owner[m.start() : m.end()] = k
+    nats = np.zeros(len(words))
+    for (start, end), nll in zip(token_offsets, token_nll, strict=False):
+        holders = owner[start:end][owner[start:end] >= 0]
+        if len(holders):
+            nats[holders[0]] += float(nll)
+    key_spans = _occurrences(line, stream)
+    candidates = []
+    for k, m in enumerate(words):
+        start, end = spans[m.start()][0], spans[m.end() - 1][1]
+        if any(start < b and a < end for a, b in key_spans):
+            continue  # the stream's own name: given, not evidence
+        placeholder = _PLACEHOLDER.fullmatch(m.group()) is not None and line[start:end] != m.group()
+        candidates.append(
+            (k, Word(line[start:end], start, end, float(nats[k]), m.group() if placeholder else None))
+        )
+    candidates.sort(key=lambda kw: -kw[1].nats)
+    top = candidates[0][1].nats if candidates else 0.0
+    chosen = [(k, w) for k, w in candidates[:MAX_WORDS] if w.nats >= max(MIN_WORD_NATS, RELATIVE_CUT * top)]
+    return Explanation(
+        line=line,
+        words=tuple(w for _, w in chosen),
+        segments=_segments(masked, [(words[k].span(), w.text) for k, w in chosen]),
+        novel=novel,
+    )
+
+
+def line_token_offsets(tokenizer: Any, masked: str) -> list[tuple[int, int]]:
+    """Each token's character span in `masked + "\\n"`, for the ids `LineTokenizer.encode_lines`
+    gives (an overlong line keeps its head and the newline, so do its offsets)."""
+    offsets = tokenizer.hf.backend_tokenizer.encode(masked + "\n", add_special_tokens=False).offsets
+    if len(offsets) > tokenizer.max_line_tokens:
+        offsets = offsets[: tokenizer.max_line_tokens - 1] + offsets[-1:]
+    return list(offsets)
+
+
+def _occurrences(line: str, stream: str) -> list[tuple[int, int]]:
+    """Spans where the line spells the stream's name."""
+    if not stream or stream == "default":
+        return []
+    return [(m.start(), m.end()) for m in re.finditer(re.escape(stream), line)]
+
+
+def _segments(masked: str, hits: list[tuple[tuple[int, int], str]]) -> tuple[tuple[str, bool], ...]:
+    """The masked line cut at the surprising words, which show their original text."""
+    out: list[tuple[str, bool]] = []
+    last = 0
+    for (start, end), text in sorted(hits):
+        if start > last:
+            out.append((masked[last:start], False))
+        out.append((text, True))
+        last = end
+    if last < len(masked):
+        out.append((masked[last:], False))
+    return tuple(out)

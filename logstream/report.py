@@ -1,0 +1,224 @@
+"""`logstream replay --report FILE`: one self-contained HTML page of a backtest.
+
+No external URL, font, script or stylesheet: the page opens from a ticket, a mail or an
+air-gapped laptop. Charts are inline SVG drawn here. Sections:
+
+- summary (and precision/recall/F1 when labels were given);
+- score timeline per stream: score by line number, the threshold, anomaly markers;
+- anomalies grouped by template, the surprising words highlighted in each example;
+- patterns: every template with its count, first-seen line and time, and a new flag.
+
+Large replays stay readable: the timelines show the streams with the worst scores
+(`MAX_TIMELINES`), each drawn as the maximum score per pixel column, and the tables are capped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from logstream.groups import Group, anomaly_groups
+from logstream.replay import ReplayReport, Unit
+
+MAX_TIMELINES = 12  # streams drawn (the worst first)
+MAX_MARKERS = 400  # anomaly markers per stream
+MAX_GROUPS = 200
+MAX_EXAMPLES = 3  # example lines per group
+MAX_PATTERNS = 500
+WIDTH, HEIGHT, PAD = 900, 120, 28  # one timeline, px
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;color:#1d2430}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde5}
+.muted{color:#5b6575} table{border-collapse:collapse;width:100%;margin:6px 0}
+th,td{border-bottom:1px solid #e6e9ef;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f4f6f9;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,.line{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px;word-break:break-all}
+mark{background:#ffd6d6;color:#8a0000;font-weight:700;padding:0 1px;border-radius:2px}
+.reason{color:#5b6575;font-size:12.5px} .new{background:#fff1c2;border-radius:3px;padding:0 4px;font-size:12px}
+.cards{display:flex;gap:10px;flex-wrap:wrap} .card{border:1px solid #e0e4ea;border-radius:6px;padding:6px 12px}
+.card b{display:block;font-size:18px} svg.timeline{display:block;margin:2px 0 10px}
+svg .score{fill:none;stroke:#3b6fb6;stroke-width:1} svg .threshold{stroke:#d33;stroke-dasharray:4 3}
+svg .anomaly{fill:#d33} svg text{font:11px system-ui,sans-serif;fill:#5b6575}
+"""
+
+
+def write_report(
+    report: ReplayReport, patterns: list[Group], summary: dict[str, Any], path: Path, title: str
+) -> None:
+    """Write the HTML report of a replay. patterns: `groups.group_by_template(report.units)`."""
+    groups = anomaly_groups(patterns)
+    body = "\n".join(
+        (
+            f"<h1>{_e(title)}</h1>",
+            _summary(report, summary, groups),
+            _timelines(report),
+            _groups(groups, report.unit),
+            _patterns(patterns),
+        )
+    )
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n"
+        f'<script type="application/json" id="summary">{_json_in_html(summary)}</script>\n</body></html>\n'
+    )
+    path.write_text(page, encoding="utf-8")
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _json_in_html(data: dict[str, Any]) -> str:
+    """JSON that cannot close its <script> element."""
+    return json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _summary(report: ReplayReport, summary: dict[str, Any], groups: list[Group]) -> str:
+    cards = [
+        (f"{report.unit}s scored", f"{len(report.units):,}"),
+        ("streams", f"{report.streams:,}"),
+        ("anomalies", f"{summary['anomalies']:,}"),
+        ("groups", f"{len(groups):,}"),
+        ("threshold (-log10 p)", f"{report.threshold:.2f}"),
+    ]
+    if "precision" in summary:
+        cards += [
+            ("precision", f"{summary['precision']:.3f}"),
+            ("recall", f"{summary['recall']:.3f}"),
+            ("F1", f"{summary['f1']:.3f}"),
+            ("AUC-PR", f"{summary['auc_pr']:.3f}"),
+            ("false alarms / 1,000", f"{summary['false_alarms_per_1000']}"),
+        ]
+    html_cards = "".join(
+        f'<div class="card" id="card-{_slug(k)}">{_e(k)}<b>{_e(v)}</b></div>' for k, v in cards
+    )
+    labels = (
+        f"Evaluated against {summary['positives']:,} labelled anomalous {report.unit}s."
+        if "precision" in summary
+        else "No labels were given: precision and recall need --labels."
+    )
+    return (
+        f'<section id="summary-cards"><div class="cards">{html_cards}</div>'
+        f'<p class="muted">A score is -log10 p: the chance that a normal {report.unit} scores this high '
+        f"(3 = one in 1,000). {labels}</p></section>"
+    )
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+
+
+def _timelines(report: ReplayReport) -> str:
+    by_stream: dict[str, list[Unit]] = {}
+    for u in report.units:
+        by_stream.setdefault(u.stream, []).append(u)
+    ranked = sorted(by_stream, key=lambda s: -max(u.score for u in by_stream[s]))
+    first = min((u.line for u in report.units), default=1)
+    last = max((u.line for u in report.units), default=1)
+    top = max([report.threshold * 2, *(u.score for u in report.units)]) * 1.05
+    svgs = [_timeline(s, by_stream[s], first, last, top, report.threshold) for s in ranked[:MAX_TIMELINES]]
+    more = len(ranked) - MAX_TIMELINES
+    note = (
+        f'<p class="muted">{more:,} more streams not drawn (fewer or lower scores).</p>' if more > 0 else ""
+    )
+    return (
+        '<section id="timeline"><h2>Score timeline per stream</h2>'
+        f'<p class="muted">Score by line number of the file; dashed: the threshold ({report.threshold:.2f}); '
+        "red dots: anomalies (hover for the line).</p>" + "".join(svgs) + note + "</section>"
+    )
+
+
+def _timeline(stream: str, units: list[Unit], first: int, last: int, top: float, threshold: float) -> str:
+    span = max(last - first, 1)
+    inner_w, inner_h = WIDTH - 2 * PAD, HEIGHT - 2 * PAD + 10
+
+    def x(line: int) -> float:
+        return PAD + inner_w * (line - first) / span
+
+    def y(score: float) -> float:
+        return PAD - 10 + inner_h * (1 - min(score, top) / top)
+
+    columns: dict[int, float] = {}  # pixel column -> worst score there
+    for u in units:
+        col = int(x(u.line))
+        columns[col] = max(columns.get(col, 0.0), u.score)
+    points = " ".join(f"{col},{y(score):.1f}" for col, score in sorted(columns.items()))
+    anomalies = sorted((u for u in units if u.is_anomaly), key=lambda u: -u.score)[:MAX_MARKERS]
+    markers = "".join(
+        f'<circle class="anomaly" data-line="{u.line}" cx="{x(u.line):.1f}" cy="{y(u.score):.1f}" r="3">'
+        f"<title>line {u.line}, score {u.score:.2f}: {_e(u.text[:300])}</title></circle>"
+        for u in sorted(anomalies, key=lambda u: u.line)
+    )
+    flagged = sum(u.is_anomaly for u in units)
+    return (
+        f'<svg class="timeline" data-stream="{_e(stream)}" data-anomalies="{flagged}" width="{WIDTH}" '
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="scores of stream {_e(stream)}">'
+        f'<text x="{PAD}" y="12">{_e(stream)}: {len(units):,} lines, {flagged:,} anomalies</text>'
+        f'<text x="{WIDTH - PAD}" y="12" text-anchor="end">lines {first:,}-{first + span:,}</text>'
+        f'<line class="threshold" x1="{PAD}" x2="{WIDTH - PAD}" y1="{y(threshold):.1f}" y2="{y(threshold):.1f}"/>'
+        f'<polyline class="score" points="{points}"/>{markers}</svg>'
+    )
+
+
+def _highlighted(u: Unit) -> str:
+    """The line's template with the surprising words marked, and why; the raw line below."""
+    if u.explanation is None:
+        return f'<div class="line">{_e(u.text)}</div>'
+    ex = u.explanation
+    template = "".join(f"<mark>{_e(t)}</mark>" if hit else _e(t) for t, hit in ex.segments)
+    return (
+        f'<div class="line template">{template}</div><div class="reason">{_e(ex.summary)}</div>'
+        f'<div class="line muted">{_e(u.text)}</div>'
+    )
+
+
+def _groups(groups: list[Group], unit: str) -> str:
+    rows = []
+    for g in groups[:MAX_GROUPS]:
+        examples = sorted(
+            {id(u): u for u in (g.worst, *g.units[: MAX_EXAMPLES - 1])}.values(), key=lambda u: u.line
+        )
+        shown = "".join(
+            f'<div class="example" data-line="{u.line}"><span class="muted">line {u.line} · {_e(u.stream)} · '
+            f"score {u.score:.2f}</span>{_highlighted(u)}</div>"
+            for u in examples
+        )
+        streams = g.streams
+        rows.append(
+            f'<tr class="group"><td class="num">{g.worst.score:.2f}</td><td class="num">{g.count:,}</td>'
+            f'<td class="num">{g.first:,}{"" if g.count == 1 else f"-{g.last:,}"}</td>'
+            f"<td>{_e(', '.join(streams[:5]))}{'' if len(streams) <= 5 else f' +{len(streams) - 5}'}</td>"
+            f'<td><code class="group-template">{_e(g.template)}</code>'
+            f"{' <span class=new>new template</span>' if g.novel else ''}{shown}</td></tr>"
+        )
+    more = len(groups) - MAX_GROUPS
+    note = f'<p class="muted">{more:,} more groups in the JSON summary (--json).</p>' if more > 0 else ""
+    empty = f"<p>No {unit} crossed the threshold.</p>" if not groups else ""
+    return (
+        f'<section id="anomalies"><h2>Anomalies by template ({len(groups):,} groups)</h2>{empty}'
+        "<table><thead><tr><th>worst</th><th>count</th><th>lines</th><th>streams</th>"
+        f"<th>template, and examples with the surprising words marked</th></tr></thead><tbody>{''.join(rows)}"
+        f"</tbody></table>{note}</section>"
+    )
+
+
+def _patterns(patterns: list[Group]) -> str:
+    ranked = sorted(patterns, key=lambda g: (-g.count, g.first))
+    rows = "".join(
+        f'<tr class="pattern"><td><code>{_e(g.template)}</code></td><td class="num">{g.count:,}</td>'
+        f'<td class="num">{g.first:,}</td><td>{_e(g.first_time or "")}</td>'
+        f'<td class="num">{sum(u.is_anomaly for u in g.units):,}</td>'
+        f"<td>{'<span class=new>new</span>' if g.novel else ''}</td></tr>"
+        for g in ranked[:MAX_PATTERNS]
+    )
+    more = len(ranked) - MAX_PATTERNS
+    note = f'<p class="muted">{more:,} rarer patterns not listed.</p>' if more > 0 else ""
+    return (
+        f'<section id="patterns"><h2>Patterns ({len(patterns):,} templates)</h2>'
+        '<p class="muted">Every template of the replay: "new" means the model had never seen it.</p>'
+        "<table><thead><tr><th>template</th><th>count</th><th>first line</th><th>first seen</th>"
+        f"<th>anomalies</th><th>new</th></tr></thead><tbody>{rows}</tbody></table>{note}</section>"
+    )
