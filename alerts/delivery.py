@@ -41,7 +41,13 @@ import structlog
 
 from logstream.alerts.channels import Channel, channels
 from logstream.alerts.config import Backoff, RateLimit
-from logstream.alerts.metrics import ALERTS_SENT, OUTBOX_PENDING, WORKER_RESTARTS, WORKER_UP
+from logstream.alerts.metrics import (
+    ALERTS_SENT,
+    NOTIFICATION_LATENCY,
+    OUTBOX_PENDING,
+    WORKER_RESTARTS,
+    WORKER_UP,
+)
 from logstream.alerts.outbox import Delivery, Outbox, OutboxError, Outcome
 
 log = structlog.get_logger(__name__)
@@ -285,7 +291,9 @@ class DeliveryWorker:
         status = response.status_code
         if 200 <= status < 300:
             ALERTS_SENT.labels(channel.kind, "delivered").inc()
-            return Outcome(delivery, "delivered", self.clock(), started, status_code=status)
+            done = self.clock()
+            NOTIFICATION_LATENCY.labels(channel.kind).observe(max(0.0, done - delivery.created_at))
+            return Outcome(delivery, "delivered", done, started, status_code=status)
         if status in (408, 429) or status >= 500:
             after = response.headers.get("Retry-After") if status in (429, 503) else None
             return self._retry(delivery, started, status, f"HTTP {status}", after)

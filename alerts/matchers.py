@@ -5,7 +5,8 @@
     team=~"db|storage"      the whole value matches the regex (anchored, as in Alertmanager)
     namespace!~"test-.*"    the whole value does not match
 
-The value may be quoted (`\\"` and `\\\\` escape inside quotes) or bare. A label an
+The value may be quoted or bare. Inside quotes `\\"` is a quote and `\\\\` a
+backslash; any other backslash stays as written, so `=~"\\d+"` is the regex `\\d+`. A label an
 anomaly does not carry has the value "", so `team=""` matches anomalies without a
 team. Regexes run with RE2 (as Alertmanager's Go regexp does): label values come from
 log lines, so no pattern may backtrack on them. The older `match: {label: glob}`
@@ -85,7 +86,8 @@ def _unquote(raw: str, text: str) -> str:
     out, chars = [], iter(raw[1:-1])
     for char in chars:
         if char == "\\":
-            char = next(chars, "\\")
+            following = next(chars, "")
+            char = following if following in ('"', "\\") else char + following
         elif char == '"':
             raise ValueError(f'matcher {text!r}: a quote inside a quoted value must be escaped (\\")')
         out.append(char)

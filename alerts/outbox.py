@@ -266,7 +266,7 @@ class Outbox:
         resolve_timeout = self.config.global_.resolve_timeout
         made: list[Alert] = []
         with self._transaction(self._wdb):
-            sources = self._inhibit_sources(resolve_timeout) if self.config.inhibit_rules else []
+            sources = self._inhibit_sources(resolve_timeout, now) if self.config.inhibit_rules else []
             rows = self._wdb.execute(
                 f"SELECT key, data FROM groups WHERE {_EARLY if early else _DUE} ORDER BY next_eval LIMIT ?",
                 (now, FLUSH_BATCH),
@@ -299,15 +299,17 @@ class Outbox:
                 self._enqueue(alert, now)
         return made
 
-    def _inhibit_sources(self, resolve_timeout: float) -> list[tuple[str, dict[str, str], float]]:
-        """(key, labels, resolves at) of every open group: what may inhibit another."""
+    def _inhibit_sources(self, resolve_timeout: float, now: float) -> list[tuple[str, dict[str, str], float]]:
+        """(key, labels, resolves at) of every open group not yet due to resolve: what may
+        inhibit another."""
         out = []
         for key, data in self._wdb.execute("SELECT key, data FROM groups WHERE state != 'resolved'"):
             try:
                 group = _load_group(data)
             except _BAD_ROW:
                 continue  # parked when it is evaluated (see _flush)
-            out.append((key, group.labels, group.last_seen + resolve_timeout))
+            if group.last_seen + resolve_timeout > now:
+                out.append((key, group.labels, group.last_seen + resolve_timeout))
         return out
 
     def _inhibited_until(

@@ -43,6 +43,20 @@ TRACKED_STREAMS = Gauge("logstream_tracked_streams", "Streams tracked for the id
 TEMPLATES = Gauge(
     "logstream_templates", "Log templates the miner holds (least recently used beyond its cap are forgotten)."
 )
+LINE_SCORE = Histogram(
+    "logstream_line_score",
+    "Calibrated scores of scored lines, in -log10 p (a line alerts above logstream_threshold).",
+    buckets=(0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0),
+)
+THRESHOLD = Gauge(
+    "logstream_threshold", "The line threshold in -log10 p (a line scoring above it is an anomaly)."
+)
+ACTIVE_STREAMS = Gauge("logstream_active_streams", "Streams holding a KV cache in the engine now.")
+BUILD_INFO = Gauge(
+    "logstream_build_info",
+    "Always 1; the labels say which logstream and which model run.",
+    ["version", "model_id"],
+)
 TRACKED_STREAM_EVICTIONS = Counter(
     "logstream_tracked_stream_evictions",
     "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",

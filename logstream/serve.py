@@ -45,7 +45,9 @@ import torch
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from logstream.alerts.config import AlertConfigError
+from logstream import __version__
+from logstream.alerts.config import AlertConfigError, load_config
+from logstream.alerts.context import LineContext
 from logstream.alerts.outbox import OutboxError
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
@@ -53,14 +55,18 @@ from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.detector import Detector, ScoredLine
 from logstream.metrics import (
+    ACTIVE_STREAMS,
     ANOMALIES,
     ASSIGNED_PARTITIONS,
+    BUILD_INFO,
     CACHE_BYTES,
     INFLIGHT_LINES,
+    LINE_SCORE,
     LINES,
     PAUSED_PARTITIONS,
     SCORE_SECONDS,
     TEMPLATES,
+    THRESHOLD,
     TRACKED_STREAM_EVICTIONS,
     TRACKED_STREAMS,
     Health,
@@ -122,6 +128,7 @@ class Service:
         self.health = health
         self.audit = audit
         self.rejects = RejectLog()
+        self.context = LineContext()  # lines around an anomaly, for its alert
         self.source = KafkaSource(settings.kafka, RecordParser(settings.input), self.rejects, _Listener(self))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstream-score")
         self._queue: asyncio.Queue[Batch] = asyncio.Queue()
@@ -284,13 +291,22 @@ class Service:
         return ends
 
     def _put(self, scored: Sequence[ScoredLine]) -> None:
-        anomalies: list[Anomaly] = [a for s in scored if (a := self.detector.anomaly(s)) is not None]
+        lines = [s for s in scored if s.kind == "line"]
+        flagged = {i: a for i, s in enumerate(lines) if (a := self.detector.anomaly(s)) is not None}
+        anomalies: list[Anomaly] = self.context.attach(
+            [(s.record.stream, s.record.line) for s in lines], flagged
+        )
+        anomalies += [a for s in scored if s.kind != "line" and (a := self.detector.anomaly(s)) is not None]
         self.sink.put(anomalies)
         if self.audit is not None:
             self.audit.write(scored)
         for anomaly in anomalies:
             ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
+        for line in lines:
+            LINE_SCORE.observe(line.score)
+        THRESHOLD.set(self.detector.threshold)
         CACHE_BYTES.set(self.detector.cache_bytes)
+        ACTIVE_STREAMS.set(len(self.detector.engine.streams))
         TEMPLATES.set(self.detector.miner.size)
 
     async def _commit(self) -> None:
@@ -375,6 +391,8 @@ async def serve(settings: ServeSettings) -> int:
             threshold=settings.model.threshold,
         )
         health.model_loaded = True
+        BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
+        THRESHOLD.set(detector.threshold)
         log.info("model loaded", model_id=detector.model_id, threshold=detector.threshold)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -401,6 +419,12 @@ def main(config_path: Path | str | None, check: bool = False) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if check:
+        if settings.sink.kind == "alerts" and settings.sink.routes is not None:
+            try:  # the routes file too, without its secrets (a laptop or CI has none)
+                load_config(settings.sink.routes, secrets=False)
+            except AlertConfigError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         print(f"config ok: {config_path}", file=sys.stderr)
         return 0
     configure_logging(settings.log_format, settings.log_level)

@@ -41,8 +41,10 @@ def anomaly(
     severity: str = "critical",
     score: float = 9.0,
     detected_at: float = 0.0,
+    **fields: Any,
 ) -> Anomaly:
-    """An anomaly of test template `template_id` (distinct ids: distinct template texts)."""
+    """An anomaly of test template `template_id` (distinct ids: distinct template texts);
+    `fields` sets any other Anomaly field (labels, event_time, context ...)."""
     return Anomaly(
         stream=stream,
         line=line,
@@ -58,6 +60,7 @@ def anomaly(
         offset=1,
         model_id="tiny-test-model",
         detected_at=detected_at,
+        **fields,
     )
 
 

@@ -1,0 +1,85 @@
+"""Context lines for an alert: what the stream said just before (and after) the anomaly.
+
+A responder reads the anomalous line in its stream's context, as `grep -B2 -A2`
+would show it. `LineContext` keeps the last `before` lines of each stream
+(across batches) and takes the `after` lines from the batch being handed off.
+
+Trade-off, chosen so that no alert waits or is lost: the lines *after* an
+anomaly are attached only when they arrived in the same batch. Waiting for
+later lines would hold the anomaly out of the outbox, and so hold the source's
+offset commit, for as long as the stream stays quiet. Under load batches are
+large, so an anomaly usually has its next lines; at a trickle it may have none.
+
+Memory is bounded: at most `max_streams` streams (least recently seen dropped
+first) and each kept line cut to `max_chars`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+
+from logstream.records import Anomaly
+
+DEFAULT_LINES = 2
+DEFAULT_MAX_STREAMS = 10_000
+DEFAULT_MAX_CHARS = 500
+
+
+class LineContext:
+    """Per stream, the last `before` lines seen; attaches context to a batch's anomalies."""
+
+    def __init__(
+        self,
+        before: int = DEFAULT_LINES,
+        after: int = DEFAULT_LINES,
+        *,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        max_chars: int = DEFAULT_MAX_CHARS,
+    ) -> None:
+        self.before = before
+        self.after = after
+        self.max_streams = max_streams
+        self.max_chars = max_chars
+        self._recent: OrderedDict[str, deque[str]] = OrderedDict()
+
+    def attach(self, lines: Sequence[tuple[str, str]], flagged: Mapping[int, Anomaly]) -> list[Anomaly]:
+        """`lines`: (stream, line) of a batch in order; `flagged`: batch index -> its anomaly.
+
+        Returns the anomalies (in batch order) with `context_before`/`context_after` set,
+        and remembers the batch's lines for the next one."""
+        positions: dict[str, list[int]] = {}
+        for i, (stream, _) in enumerate(lines):
+            positions.setdefault(stream, []).append(i)
+        seen: dict[str, int] = {}  # stream -> lines of it passed so far in this batch
+        out = []
+        for i, (stream, line) in enumerate(lines):
+            k = seen.get(stream, 0)
+            seen[stream] = k + 1
+            if i in flagged:
+                later = positions[stream][k + 1 : k + 1 + self.after]
+                out.append(
+                    dataclasses.replace(
+                        flagged[i],
+                        context_before=tuple(self._recent.get(stream, ())),
+                        context_after=tuple(self._cut(lines[j][1]) for j in later),
+                    )
+                )
+            self._remember(stream, line)
+        return out
+
+    def _remember(self, stream: str, line: str) -> None:
+        if self.before <= 0:
+            return
+        recent = self._recent.get(stream)
+        if recent is None:
+            recent = self._recent[stream] = deque(maxlen=self.before)
+            while len(self._recent) > self.max_streams:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(stream)
+        recent.append(self._cut(line))
+
+    def _cut(self, line: str) -> str:
+        return line if len(line) <= self.max_chars else line[: self.max_chars - 1] + "…"
