@@ -100,7 +100,8 @@ def _annotations(alert: Alert) -> dict[str, str]:
         "max_score": f"{alert.max_score:.3f}",
         "threshold": f"{alert.threshold:.3f}",
         "runbook_url": runbook,
-        **{f"link: {name}": url for name, url in alert.links if name != RUNBOOK},
+        # annotation names must be label names (Alertmanager refuses others): one text field
+        "links": "\n".join(f"{name}: {url}" for name, url in alert.links if name != RUNBOOK),
     }
     return {k: v for k, v in notes.items() if v}
 
