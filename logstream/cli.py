@@ -75,6 +75,12 @@ class AutoTrain(StrEnum):
     all = "all"
 
 
+def _console(stderr: bool) -> Console:
+    """A console for tables: the terminal's width, or 160 columns into a file or a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
+
+
 def fail(message: str) -> typer.Exit:
     sys.stderr.write(f"error: {message}\n")
     return typer.Exit(2)
@@ -283,13 +289,15 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
 
 def example_text(unit: Unit) -> Text:
     """A unit's line as its template with the surprising words highlighted, and why (dim)."""
+    from logstream.groups import why
+
     explanation = unit.explanation
     if explanation is None:  # a session's worst line below the line threshold, or a stream end
         return Text(unit.text[:200])
     text = Text()
     for piece, hit in explanation.segments:  # ** also marks the words where styles do not show
         text.append(f"**{piece}**" if hit else piece, style="bold red" if hit else "")
-    text.append("\n" + explanation.summary, style="dim")
+    text.append("\n" + why(unit), style="dim")
     return text
 
 
@@ -341,7 +349,7 @@ def replay_command(
     ] = False,
 ) -> None:
     """Backtest: stream a file through the detector as if live, then show the anomalies by template."""
-    from logstream.groups import anomaly_groups, group_by_template
+    from logstream.groups import anomaly_groups, group_by_template, mark_new_words
     from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay
 
     if deliver and alerts is None:
@@ -368,9 +376,10 @@ def replay_command(
             progress.update(task[-1], advance=n, info=info)
 
         report = run_replay(options, data, ReplayProgress(phase, advance))
+    mark_new_words(report.units)
     patterns = group_by_template(report.units)
     groups = anomaly_groups(patterns)
-    human = err if json_output else Console()  # with --json, stdout holds only the JSON line
+    human = _console(stderr=json_output)  # with --json, stdout holds only the JSON line
     print_report(report, groups, human)
     if routes is not None:
         with contextlib.redirect_stdout(sys.stderr if json_output else sys.stdout):

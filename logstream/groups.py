@@ -18,6 +18,7 @@ from logstream.normalize import DEFAULT_RULES
 from logstream.patterns import PatternMiner
 from logstream.replay import Unit
 
+_WORDS = re.compile(r"\w+(?:[.-]\w+)*")  # as logstream.explain names words
 _TIMESTAMP = re.compile(next(r.pattern for r in DEFAULT_RULES if r.name == "timestamp"))
 
 
@@ -66,6 +67,7 @@ class Group:
     def to_json(self) -> dict[str, Any]:
         worst = self.worst
         return {
+            "new_words": list(worst.new_words),
             "template": self.template, "count": self.count, "first_line": self.first,
             "last_line": self.last, "first_time": self.first_time, "novel": self.novel,
             "streams": self.streams[:20], "worst_score": round(worst.score, 4), "worst_line": worst.line,
@@ -86,6 +88,29 @@ def final_templates(templates: Iterable[str]) -> dict[str, str]:
         found = miner.match(text)
         out[text] = by_id.get(found, text) if found is not None else text
     return out
+
+
+def mark_new_words(units: list[Unit]) -> None:
+    """Set `Unit.new_words`: the explained words of a line that no earlier line of its stream in
+    this replay contains as a word. That is all it claims: the model's training data and lines
+    before the file are not searched."""
+    seen: dict[str, set[str]] = {}
+    for u in sorted(units, key=lambda u: u.line):
+        words = set(_WORDS.findall(u.text))
+        history = seen.setdefault(u.stream, set())
+        if u.explanation is not None:
+            u.new_words = tuple(
+                w.text for w in u.explanation.words if w.text in words and w.text not in history
+            )
+        history |= words
+
+
+def why(u: Unit) -> str:
+    """What the explanation says about a unit, and which of its words are new to its stream."""
+    text = u.explanation.summary if u.explanation is not None else ""
+    if u.new_words:
+        text += f"; first time in {u.stream} in this replay: {', '.join(map(repr, u.new_words))}"
+    return text
 
 
 def group_by_template(units: Iterable[Unit]) -> list[Group]:

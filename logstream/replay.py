@@ -82,6 +82,7 @@ class Unit:
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
     template: str | None = None  # the template mined for the line when it was scored
     explanation: Explanation | None = None  # its surprising words (anomalous lines only)
+    new_words: tuple[str, ...] = ()  # explained words no earlier line of its stream had (`groups`)
 
     @property
     def is_anomaly(self) -> bool:

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from logstream.groups import Group, anomaly_groups
+from logstream.groups import Group, anomaly_groups, why
 from logstream.replay import ReplayReport, Unit
 
 MAX_TIMELINES = 12  # streams drawn (the worst first)
@@ -34,7 +34,8 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px au
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde5}
 .muted{color:#5b6575} table{border-collapse:collapse;width:100%;margin:6px 0}
 th,td{border-bottom:1px solid #e6e9ef;padding:4px 6px;text-align:left;vertical-align:top}
-th{background:#f4f6f9;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f6f9;font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 code,.line{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px;word-break:break-all}
 mark{background:#ffd6d6;color:#8a0000;font-weight:700;padding:0 1px;border-radius:2px}
 .reason{color:#5b6575;font-size:12.5px} .new{background:#fff1c2;border-radius:3px;padding:0 4px;font-size:12px}
@@ -170,7 +171,7 @@ def _highlighted(u: Unit) -> str:
     ex = u.explanation
     template = "".join(f"<mark>{_e(t)}</mark>" if hit else _e(t) for t, hit in ex.segments)
     return (
-        f'<div class="line template">{template}</div><div class="reason">{_e(ex.summary)}</div>'
+        f'<div class="line template">{template}</div><div class="reason">{_e(why(u))}</div>'
         f'<div class="line muted">{_e(u.text)}</div>'
     )
 
