@@ -1,9 +1,10 @@
 """The `logstream` command line: train, replay (and serve, bench).
 
 Errors a user can fix are one line on stderr and exit code 2, never a traceback.
-torch and transformers load only inside the commands that need them, so `--help` and
-`--version` answer at once.
 """
+
+# torch and transformers load only inside the commands that need them (local imports below),
+# so `--help` and `--version` answer at once; tests/test_cli.py checks that --help never loads them.
 
 from __future__ import annotations
 

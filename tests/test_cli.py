@@ -190,11 +190,19 @@ def test_unknown_preset_is_cli_misuse(tmp_path: Path) -> None:
 
 
 def test_version() -> None:
-    """--version prints the package version and exits 0."""
+    """--version prints the package version and exits 0 (also as `python -m logstream`)."""
     from logstream import __version__
 
     result = logstream("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"logstream {__version__}"
+    as_module = subprocess.run(
+        [sys.executable, "-m", "logstream", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert as_module.returncode == 0 and as_module.stdout == result.stdout
 
 
 def test_help_does_not_import_torch() -> None:
