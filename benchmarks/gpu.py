@@ -44,10 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine, rms_norm
+from logstream.engine import StreamingEngine
 from logstream.kernels import reference
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, ring_write, sink_ring_attention
 from logstream.model import PRESETS
@@ -482,42 +481,25 @@ def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) 
 
 @dataclass
 class StepCache:
-    """Per-stream cache position for `decode_step`, all [B] int64 on the device."""
+    """Per-stream cache position for `decode_step`, all on the device: [B] int64, previous [B, V]."""
 
     slots: torch.Tensor
     head: torch.Tensor
     fill: torch.Tensor
     chunk_len: torch.Tensor
+    previous: torch.Tensor  # log-probs that predict each stream's first token
 
 
-@torch.no_grad()
 def decode_step(engine: StreamingEngine, tokens: torch.Tensor, cache: StepCache) -> torch.Tensor:
-    """tokens [B, T] -> log-probs [B, T, V] fp32, attending over sinks + ring + chunk, writing the ring.
+    """tokens [B, T] -> token NLLs [B, T] fp32, attending over sinks + ring + chunk, writing the ring.
 
-    Device tensors only, no host sync, so it can be captured in a CUDA graph, which
-    StreamingEngine.score cannot (it builds its batch on the host each step). It is the
-    engine's per-step math written from the HF modules and the engine's public tensors;
-    `step_matches_engine` checks it against `engine.score` before anything is timed.
+    `StreamingEngine.device_step` (tensors only, no host sync on the Triton path, so it can be
+    captured in a CUDA graph) over the fixed-shape bucket ring_len = L - 1; `engine.score` is
+    that step plus host bookkeeping, and `step_matches_engine` checks the two agree.
     """
-    B, T = tokens.shape
-    H, Hkv, D = engine.n_heads, engine.n_kv_heads, engine.head_dim
-    x = engine.decoder.embed_tokens(tokens).to(engine.dtype)  # [B, T, C]
-    for i, layer in enumerate(engine.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        h = rms_norm(x, layer.input_layernorm.weight, engine.eps)
-        q = attn.q_proj(h).view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
-        k = attn.k_proj(h).view(B, T, Hkv, D).transpose(1, 2)  # [B, Hkv, T, D]
-        v = attn.v_proj(h).view(B, T, Hkv, D).transpose(1, 2)
-        ring = (engine.ring_k[i], engine.ring_v[i])  # [N, Hkv, L, D]
-        sinks = (engine.sink_k[i], engine.sink_v[i])  # [Hkv, S, D]
-        pos = (cache.slots, cache.head, cache.fill)
-        out, _ = sink_ring_attention(q, k, v, *sinks, *ring, *pos, engine.cos, engine.sin)  # [B, H, T, D]
-        ring_write(*ring, cache.slots, cache.head, k, v, cache.chunk_len)
-        x = x + attn.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
-        h = rms_norm(x, layer.post_attention_layernorm.weight, engine.eps)
-        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-    h = rms_norm(x, engine.decoder.norm.weight, engine.eps)
-    return F.log_softmax(engine.model.lm_head(h).float(), dim=-1)
+    c = cache
+    nll, _ = engine.device_step(tokens, c.previous, c.slots, c.head, c.fill, c.chunk_len, engine.window - 1)
+    return nll
 
 
 def step_matches_engine(model: torch.nn.Module, plan: Plan, dtype: torch.dtype) -> float:
@@ -536,18 +518,16 @@ def step_matches_engine(model: torch.nn.Module, plan: Plan, dtype: torch.dtype) 
         torch.tensor([s.head for s in states], device=DEVICE),
         torch.tensor([s.fill for s in states], device=DEVICE),
         torch.full((B,), T, device=DEVICE),
+        torch.stack([s.last_logprobs for s in states]),  # [B, V]
     )
-    previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
     tokens = torch.randint(3, vocab, (B, T), device=DEVICE)
     rings = engine.ring_k.clone(), engine.ring_v.clone()
-    logprobs = decode_step(engine, tokens, cache)  # [B, T, V]
+    got = decode_step(engine, tokens, cache)  # [B, T]
     engine.ring_k.copy_(rings[0])  # undo its ring write: the engine scores the same tokens next
     engine.ring_v.copy_(rings[1])
-    predictors = torch.cat([previous[:, None], logprobs[:, :-1]], dim=1)  # [B, T, V]
-    got = -predictors.gather(-1, tokens[..., None])[..., 0]  # [B, T]
     out = engine.score({s: [tokens[b].tolist()] for b, s in enumerate(names)})
     want = torch.stack([torch.from_numpy(out[s][0]) for s in names])
-    return rel_err(got, want)
+    return rel_err(got.cpu(), want)
 
 
 def full_ring_engine(model: torch.nn.Module, B: int, plan: Plan, dtype: torch.dtype) -> tuple[StreamingEngine, StepCache]:  # fmt: skip
@@ -558,6 +538,7 @@ def full_ring_engine(model: torch.nn.Module, B: int, plan: Plan, dtype: torch.dt
     cache = StepCache(
         torch.arange(B, device=DEVICE), torch.randint(0, plan.L, (B,), device=DEVICE),
         torch.full((B,), plan.L, device=DEVICE), torch.zeros(B, dtype=torch.long, device=DEVICE),
+        engine.initial_logprobs.expand(B, -1),
     )  # fmt: skip
     return engine, cache
 

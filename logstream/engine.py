@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from logstream.kernels.dispatch import ring_write, sink_ring_attention
+from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+from logstream.kernels.flash_cpu import window_bias
 from logstream.kernels.reference import apply_rope, rope_tables
 
 
@@ -152,55 +153,87 @@ class StreamingEngine:
             x = self._finish_layer(layer, x, out)
         return sink_k, sink_v, self._logprobs(x)[0, -1]
 
-    def _live_ring_slots(self, states: list[StreamState], chunks: list[list[int]]) -> int:
-        """How many leading ring slots this step can touch: L, or fewer while no stream has wrapped.
+    def ring_len(self, states: list[StreamState]) -> int:
+        """Ring entries any query of this step can see: min(max fill, L - 1), rounded up to 64.
 
-        Until a ring wraps, slot j holds the stream's token j, and a step that stays within
-        the first `n` slots computes exactly the same with the ring cut to `n` (positions and
-        visibility only depend on fill and age, and `head + i < n` needs no modulo). Short
-        streams (sessions of a few hundred tokens) then attend over their own length, not L.
+        An entry of age r is visible to query t iff r <= fill and t + r <= L - 1, so older
+        entries are skipped exactly (streams that have not filled their ring, e.g. sessions of
+        a few hundred tokens, attend over their own length). Rounding up (the extra entries are
+        masked) keeps the number of distinct shapes small, for compiled and captured steps.
         """
-        needed = max(s.fill + len(c) for s, c in zip(states, chunks, strict=True))
-        if needed > self.window or any(s.fill >= self.window for s in states):
-            return self.window
-        return min(self.window, -(-needed // 64) * 64)  # round up: fewer distinct shapes
+        fill = max(s.fill for s in states)
+        return min(-(-fill // 64) * 64, self.window - 1)
 
     @torch.no_grad()
+    def device_step(
+        self,
+        tokens: torch.Tensor,
+        previous: torch.Tensor,
+        slots: torch.Tensor,
+        head: torch.Tensor,
+        fill: torch.Tensor,
+        chunk_len: torch.Tensor,
+        ring_len: int,
+        fill_all: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pure device step: tensors in, tensors out, the rings written in place.
+
+        tokens [B, T] (padded), previous [B, V] the log-probs that predict each stream's first
+        token, slots/head/fill/chunk_len [B] int64 -> (nll [B, T] fp32, 0 at padding; last [B, V]
+        fp32, the log-probs after each stream's last real token). No host sync on the Triton
+        path, so it can be compiled or captured in a CUDA graph; `ring_len` is a host int (a
+        shape) from `ring_len()` or, for a fixed-shape bucket, L - 1. `fill_all`: every stream
+        holds at least `ring_len` entries (a host fact), so the CPU path shares one mask.
+
+        Only the target's log-prob is needed per token: nll = logsumexp(logits) - logits[target],
+        without the [B, T, V] log-softmax; full log-probs only for the B last positions.
+        """
+        B, T = tokens.shape
+        bias = None  # the CPU window mask, the same for every layer: built once
+        if backend_for(tokens) == "flash_cpu":
+            bias = window_bias(None if fill_all else fill, T, ring_len, self.window, self.dtype)
+        x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
+            ring_k, ring_v = self.ring_k[i], self.ring_v[i]  # [N, Hkv, L, D]
+            sinks = (self.sink_k[i], self.sink_v[i])  # [Hkv, S, D]
+            out, _ = sink_ring_attention(
+                q, k, v, *sinks, ring_k, ring_v, slots, head, fill, self.cos, self.sin, ring_len, bias
+            )  # [B, H, T, D]
+            ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
+            x = self._finish_layer(layer, x, out)
+        h = rms_norm(x, self.decoder.norm.weight, self.eps)
+        logits = self.model.lm_head(h).float()  # [B, T, V]
+        lse = torch.logsumexp(logits, dim=-1)  # [B, T]
+        # Token j is predicted by position j - 1; the first by the stream's previous step.
+        nll_first = -previous.gather(-1, tokens[:, :1])  # [B, 1]
+        nll_rest = lse[:, :-1] - logits[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # [B, T-1]
+        nll = torch.cat([nll_first, nll_rest], dim=1)  # [B, T]
+        rows = torch.arange(B, device=tokens.device)
+        last = logits[rows, chunk_len - 1] - lse[rows, chunk_len - 1, None]  # [B, V]
+        padding = torch.arange(T, device=tokens.device)[None] >= chunk_len[:, None]  # [B, T]
+        return nll.masked_fill(padding, 0.0), last
+
     def _step(self, states: list[StreamState], chunks: list[list[int]]) -> torch.Tensor:
-        """One forward over a ragged batch of chunks; returns token NLL [B, T] (padding = 0)."""
+        """Host bookkeeping around one device step over a ragged batch; returns token NLL [B, T]."""
         B, T = len(chunks), max(len(c) for c in chunks)
         tokens = torch.zeros(B, T, dtype=torch.long)
         for b, chunk in enumerate(chunks):
             tokens[b, : len(chunk)] = torch.tensor(chunk)
-        tokens = tokens.to(self.device)
-        chunk_len = torch.tensor([len(c) for c in chunks], device=self.device)
-        slots = torch.tensor([s.slot for s in states], device=self.device)
-        head = torch.tensor([s.head for s in states], device=self.device)
-        fill = torch.tensor([s.fill for s in states], device=self.device)
-        ring = self._live_ring_slots(states, chunks)
-
-        x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
-        for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x)
-            ring_k, ring_v = self.ring_k[i, :, :, :ring], self.ring_v[i, :, :, :ring]  # [N, Hkv, ring, D]
-            out, _ = sink_ring_attention(
-                q, k, v, self.sink_k[i], self.sink_v[i], ring_k, ring_v, slots, head, fill, self.cos, self.sin
-            )
-            ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
-            x = self._finish_layer(layer, x, out)
-        logprobs = self._logprobs(x)  # [B, T, V]
-
-        # Token j is predicted by position j - 1; the first by the stream's previous step.
+        cache = torch.tensor(
+            [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
+        ).T.to(self.device)  # [4, B]: slots, head, fill, chunk_len
         previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
-        predictors = torch.cat([previous[:, None], logprobs[:, :-1]], dim=1)  # [B, T, V]
-        nll = -predictors.gather(-1, tokens[..., None])[..., 0]  # [B, T]
+        ring_len = self.ring_len(states)
+        fill_all = min(s.fill for s in states) >= ring_len
+        nll, last = self.device_step(tokens.to(self.device), previous, *cache, ring_len, fill_all)
         for b, state in enumerate(states):
             n = len(chunks[b])
-            state.last_logprobs = logprobs[b, n - 1]
+            state.last_logprobs = last[b]
             state.head = (state.head + n) % self.window
             state.fill = min(state.fill + n, self.window)
             state.recent.extend(chunks[b])
-        return nll.masked_fill(torch.arange(T, device=self.device)[None] >= chunk_len[:, None], 0.0)
+        return nll
 
     # -- streams ---------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -146,3 +148,60 @@ def test_evicted_stream_is_rebuilt_from_recent_tokens() -> None:
     got = tight.score({"a": lines})["a"]
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), atol=1e-4, rtol=1e-4)
+
+
+def _wrapped_engine(
+    dtype: torch.dtype = torch.float32, model: LlamaForCausalLM | None = None
+) -> StreamingEngine:
+    """Three streams of uneven history over a ring of 13 (two have wrapped)."""
+    model = model or tiny_llama(2, seed=4)
+    engine = StreamingEngine(
+        model, [1, 7, 11], window=13, max_streams=4, chunk_tokens=5, device="cpu", dtype=dtype
+    )
+    gen = torch.Generator().manual_seed(6)
+    engine.score(
+        {f"s{i}": [torch.randint(3, VOCAB, (n,), generator=gen).tolist()] for i, n in enumerate([30, 4, 17])}
+    )
+    return engine
+
+
+def test_device_step_is_score_without_the_bookkeeping() -> None:
+    """device_step on the streams' cache positions gives engine.score's NLLs and next log-probs."""
+    engine, twin = _wrapped_engine(), _wrapped_engine()
+    names = ["s0", "s1", "s2"]
+    chunks = [[5, 6, 7, 8], [9], [10, 11, 12]]
+    states = [engine.streams[s] for s in names]
+    tokens = torch.tensor([c + [0] * (4 - len(c)) for c in chunks])  # [B, T] padded
+    cache = torch.tensor([[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]).T
+    previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
+    nll, last = engine.device_step(tokens, previous, *cache, ring_len=engine.window - 1)
+    want = twin.score({s: [c] for s, c in zip(names, chunks, strict=True)})
+    for b, s in enumerate(names):
+        torch.testing.assert_close(
+            nll[b, : len(chunks[b])], torch.from_numpy(want[s][0]), atol=1e-5, rtol=1e-5
+        )
+        assert torch.all(nll[b, len(chunks[b]) :] == 0)
+        torch.testing.assert_close(last[b], twin.streams[s].last_logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_device_step_equals_eager() -> None:
+    """torch.compile of the pure device step scores exactly as the eager step (same shapes)."""
+    engine, twin = _wrapped_engine(), _wrapped_engine()
+    twin.device_step = torch.compile(twin.device_step, dynamic=False)  # type: ignore[method-assign]
+    batch = {"s0": [[5, 6, 7, 8, 9]], "s1": [[10, 11]], "s2": [[12, 13, 14]]}
+    want, got = engine.score(batch), twin.score(batch)
+    for s in batch:
+        torch.testing.assert_close(got[s][0], want[s][0], atol=1e-6, rtol=1e-6)
+
+
+def test_bf16_engine_within_stated_tolerance() -> None:
+    """bf16 weights and cache (opt-in): token NLLs within 0.05 nats + 5% of the fp32 engine's."""
+    model = tiny_llama(2, seed=4)
+    fp32 = _wrapped_engine(model=copy.deepcopy(model))
+    bf16 = _wrapped_engine(torch.bfloat16, model=copy.deepcopy(model))
+    batch = {"s0": [[5, 6, 7, 8, 9]], "s1": [[10, 11]], "s2": [[12, 13, 14]]}
+    want, got = fp32.score(batch), bf16.score(batch)
+    for s in batch:
+        torch.testing.assert_close(
+            torch.from_numpy(got[s][0]), torch.from_numpy(want[s][0]), atol=0.05, rtol=0.05
+        )

@@ -131,11 +131,11 @@ def test_ring_write_matches_reference(interpreter: Interpreter, dtype: torch.dty
 
 
 def test_dispatch_follows_device_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU tensors take the reference unless LOGSTREAM_FORCE_TRITON=1; FORCE_REFERENCE wins."""
+    """CPU tensors take flash_cpu unless LOGSTREAM_FORCE_TRITON=1; FORCE_REFERENCE wins."""
     x = torch.zeros(1)
     monkeypatch.delenv(FORCE_TRITON_ENV, raising=False)
     monkeypatch.delenv(FORCE_REFERENCE_ENV, raising=False)
-    assert backend_for(x) == "reference"
+    assert backend_for(x) == "flash_cpu"
     monkeypatch.setenv(FORCE_TRITON_ENV, "1")
     assert backend_for(x) == "triton"
     monkeypatch.setenv(FORCE_REFERENCE_ENV, "1")

@@ -1,0 +1,120 @@
+"""Sink + ring attention on CPU through torch's fused flash attention (SDPA), same contract as reference.py.
+
+The reference materializes scores [B, H, T, S + L + T] in fp32 and runs five elementwise
+passes over them (mask, logsumexp, exp, ...): on a CPU that is memory-bound and took 99% of
+the engine's time. Here the scores never leave the cache: torch's CPU flash kernel
+(`_scaled_dot_product_flash_attention_for_cpu`, an online softmax over key blocks, GQA
+native) runs twice and the two halves are merged by their logsumexps:
+
+    1. sinks: q rotated at its true position S + W_t - 1, sink keys at 0..S-1 (no mask);
+    2. window: the ring's newest R entries gathered oldest first, then the chunk, so that
+       every stream shares one RoPE table: window key i at position i (ring entry of age
+       R - i) or R + j (chunk key j), query t at R + t. Only position differences matter
+       (reference.py), and these are the reference's differences, t + age.
+    out = out_1 * exp(lse_1 - lse) + out_2 * exp(lse_2 - lse), lse = logaddexp(lse_1, lse_2).
+
+Two queries can't share one call because their sink and window rotations differ (a single
+call with q = [q_sink, q_win] of depth 2D would need K depth != V depth, which the CPU flash
+kernel does not take: it falls back to the slow math path).
+
+`ring_len` R: how many of the newest ring entries any query may see. An entry of age r is
+visible to query t iff r <= fill and t + r <= L - 1, so R = min(max fill, L - 1) is exact;
+streams that have not filled their ring (short sessions) attend over their own length only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from logstream.kernels.reference import apply_rope
+
+
+def flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale + bias) v with its logsumexp: (out [B, H, T, D], lse [B, H, T] fp32).
+
+    q [B, H, T, D]; k, v [B, Hkv, N, D] (H a multiple of Hkv); bias broadcasts to [B, H, T, N].
+    """
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=bias, scale=scale
+    )
+    return out, lse.float()
+
+
+def live_ring_len(fill: torch.Tensor, L: int) -> int:
+    """R = min(max fill, L - 1): ring entries older than that are invisible to every query."""
+    return min(int(fill.max()), L - 1) if fill.numel() else 0
+
+
+def window_bias(fill: torch.Tensor | None, T: int, R: int, L: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, T, R + T]: 0 where query t sees window key i, -inf elsewhere.
+
+    Ring key i (age R - i) is visible if filled (age <= fill) and within the window
+    (t + age <= L - 1); chunk key j if j <= t (causal). `fill=None` means every stream has
+    at least R entries: then the mask is the same for all streams, [1, 1, T, R + T].
+    """
+    device = fill.device if fill is not None else None
+    t = torch.arange(T, device=device)
+    age = R - torch.arange(R, device=device)  # [R], oldest first
+    ring_visible = t[None, :, None] + age[None, None, :] <= L - 1  # [1, T, R]
+    if fill is not None:
+        ring_visible = ring_visible & (age[None, None, :] <= fill[:, None, None])  # [B, T, R]
+    causal = (t[None, :] <= t[:, None]).expand(ring_visible.shape[0], T, T)  # [B, T, T]
+    visible = torch.cat([ring_visible, causal], dim=-1)  # [B, T, R + T]
+    bias = torch.zeros(visible.shape, device=device, dtype=dtype)
+    return bias.masked_fill_(~visible, float("-inf"))[:, None]  # [B, 1, T, R + T]
+
+
+def sink_ring_attention(
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    sink_k: torch.Tensor,
+    sink_v: torch.Tensor,
+    ring_k: torch.Tensor,
+    ring_v: torch.Tensor,
+    slots: torch.Tensor,
+    head: torch.Tensor,
+    fill: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    ring_len: int | None = None,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention of a chunk over sinks + ring + itself: (out [B, H, T, D], lse [B, H, T] fp32).
+
+    Layouts as in reference.py. `ring_len` (default: from `fill`, a host sync) and `bias`
+    (default: `window_bias(fill, T, ring_len, L, q.dtype)`) may be passed in, so that a
+    caller computes them once per step for all layers.
+    """
+    B, _, T, D = q.shape
+    S, L = sink_k.shape[1], ring_k.shape[2]
+    R = live_ring_len(fill, L) if ring_len is None else ring_len
+    scale = D**-0.5
+    t = torch.arange(T, device=q.device)
+
+    # Window: the newest R ring entries, oldest first, then the chunk; one RoPE table for all.
+    ring_idx = (head[:, None] - R + torch.arange(R, device=q.device)[None, :]) % L  # [B, R]
+    k_win = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new], dim=2)  # [B, Hkv, R+T, D]
+    v_win = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new], dim=2)
+    k_win = apply_rope(k_win, cos[: R + T], sin[: R + T])
+    q_win = apply_rope(q, cos[R + t], sin[R + t])  # [B, H, T, D]
+    if bias is None:
+        bias = window_bias(fill, T, R, L, q.dtype)
+    out, lse = flash(q_win, k_win, v_win, bias, scale)
+    if S == 0:
+        return out, lse
+
+    # Sinks: q at its true position S + W_t - 1, W_t = min(fill + t + 1, L); keys at 0..S-1.
+    pos_q = S + torch.clamp(fill[:, None] + t[None, :] + 1, max=L) - 1  # [B, T]
+    q_sink = apply_rope(q, cos[pos_q][:, None], sin[pos_q][:, None])  # [B, H, T, D]
+    k_sink = apply_rope(sink_k, cos[:S], sin[:S])[None].expand(B, -1, -1, -1)  # [B, Hkv, S, D]
+    out_sink, lse_sink = flash(q_sink, k_sink, sink_v[None].expand(B, -1, -1, -1), None, scale)
+
+    total = torch.logaddexp(lse, lse_sink)  # [B, H, T]
+    merged = (
+        out.float() * torch.exp(lse - total)[..., None]
+        + out_sink.float() * torch.exp(lse_sink - total)[..., None]
+    )
+    return merged.to(q.dtype), total

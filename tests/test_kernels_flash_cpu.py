@@ -1,0 +1,64 @@
+"""flash_cpu (torch's fused CPU flash attention, two calls merged by logsumexp) equals the reference.
+
+The same cases as the Triton tests, run directly (no interpreter): wrap-around, partial and
+empty rings, ragged fills, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a
+power of two; the live-ring bound and the shared mask give the same numbers as the defaults.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernels_support import Case, make_inputs
+
+from logstream.kernels import flash_cpu, reference
+
+# fp32: the two paths sum in different orders. bf16: flash_cpu rounds q, k, v after RoPE to
+# bf16 (the reference rotates and multiplies in fp32) and accumulates per block.
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
+
+
+def check(inputs: dict[str, torch.Tensor], dtype: torch.dtype, **kw: object) -> None:
+    want_out, want_lse = reference.sink_ring_attention(**inputs)
+    got_out, got_lse = flash_cpu.sink_ring_attention(**inputs, **kw)  # type: ignore[arg-type]
+    tol = TOLERANCE[dtype]
+    assert got_out.dtype == dtype and got_lse.dtype == torch.float32
+    torch.testing.assert_close(got_out, want_out, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_lse, want_lse, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("S", [0, 1, 4, 64])
+@pytest.mark.parametrize("G", [1, 2, 4], ids=["mha", "gqa2", "gqa4"])
+def test_decode_step_matches_reference(S: int, G: int) -> None:
+    """T = 1 over full, partial, empty and wrapped rings, for sink counts and GQA ratios."""
+    c = Case(B=4, H=2 * G, Hkv=2, T=1, S=S, seed=S * 10 + G)
+    check(make_inputs(c, fill=[c.L, 5, 0, c.L], head=[3, 5, 0, 0]), c.dtype)
+
+
+@pytest.mark.parametrize("T", [7, 128])
+def test_chunk_is_causal_over_wrapped_ring(T: int) -> None:
+    """A chunk of T queries sees the ring (aging out its oldest entries) plus itself, causally."""
+    c = Case(B=3, T=T, L=130 if T == 128 else 37, S=4, seed=T)
+    check(make_inputs(c, fill=[c.L, c.L - 3, 2], head=[c.L - 2, 7, 2]), c.dtype)
+
+
+def test_random_fills_and_heads_bf16() -> None:
+    """Ragged random fills and heads in bf16, within the stated bf16 tolerance."""
+    c = Case(B=5, T=9, S=4, dtype=torch.bfloat16, seed=3)
+    check(make_inputs(c), c.dtype)
+
+
+def test_ring_len_bound_and_shared_mask_change_nothing() -> None:
+    """An explicit ring_len (rounded up past the fill) and, with every ring full, the one mask
+    shared by all streams give exactly the default's result."""
+    c = Case(B=3, T=7, L=100, S=4, seed=5)
+    inputs = make_inputs(c, fill=[c.L] * 3, head=[0, 17, 99])
+    want = flash_cpu.sink_ring_attention(**inputs)
+    for R in (c.L - 1, 99):
+        bias = flash_cpu.window_bias(None, c.T, R, c.L, c.dtype)  # [1, 1, T, R + T]
+        got = flash_cpu.sink_ring_attention(**inputs, ring_len=R, bias=bias)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    partial = make_inputs(c, fill=[40, 3, 0], head=[40, 3, 0])
+    want = flash_cpu.sink_ring_attention(**partial)  # R = max fill = 40
+    got = flash_cpu.sink_ring_attention(**partial, ring_len=64)  # rounded up: extra entries masked
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
