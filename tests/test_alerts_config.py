@@ -38,7 +38,8 @@ def test_shipped_example_loads_with_env_and_file_secrets(
     pd = config.receiver("oncall-pager").pagerduty_configs[0]  # type: ignore[union-attr]
     assert pd.routing_key.get_secret_value() == "PDKEY123"
     assert "PDKEY123" not in repr(config)
-    assert [r.receiver for r in config.route.routes] == ["oncall-pager", "team-slack"]
+    assert [r.receiver for r in config.route.routes] == ["oncall-pager", "team-slack", "team-slack"]
+    assert len(config.inhibit_rules) == 1 and [link.name for link in config.links] == ["Logs in Grafana"]
 
 
 def test_local_example_loads() -> None:

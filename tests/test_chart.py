@@ -110,6 +110,13 @@ def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return matches[0]
 
 
+def config_map(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ConfigMap with the serve config (the dashboard's ConfigMap is another one)."""
+    matches = [obj for obj in objects if obj["kind"] == "ConfigMap" and "serve.yaml" in obj.get("data", {})]
+    assert len(matches) == 1, f"expected one config ConfigMap, got {len(matches)}"
+    return matches[0]
+
+
 def kinds(objects: list[dict[str, Any]]) -> set[str]:
     return {obj["kind"] for obj in objects}
 
@@ -127,7 +134,7 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def serve_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return yaml.safe_load(one(objects, "ConfigMap")["data"]["serve.yaml"])
+    return yaml.safe_load(config_map(objects)["data"]["serve.yaml"])
 
 
 @pytest.fixture
@@ -225,10 +232,10 @@ def test_defaults_render_only_the_core_objects(helm: str) -> None:
 
 
 def test_all_features_render_every_optional_object(helm: str) -> None:
-    """all-features: GPU, KEDA + auth, ServiceMonitor, PrometheusRule, PDB, existing Secret,
-    init-container model, outbox on a claim (StatefulSet)."""
+    """all-features: GPU, KEDA + auth, ServiceMonitor, PrometheusRule, Grafana dashboard, PDB,
+    existing Secret, init-container model, outbox on a claim (StatefulSet)."""
     objects = render(helm, [ALL_FEATURES])
-    optional = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule"}
+    optional = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
     assert optional | {"PodDisruptionBudget", "StatefulSet"} <= kinds(objects)
     assert "HorizontalPodAutoscaler" not in kinds(objects)
     assert "Deployment" not in kinds(objects)
@@ -237,6 +244,7 @@ def test_all_features_render_every_optional_object(helm: str) -> None:
     assert container(objects)["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert [c["name"] for c in pod["initContainers"]] == ["model"]
     assert {"secretRef": {"name": "logstream-credentials"}} in container(objects)["envFrom"]
+    assert dashboard_config_map(objects)["metadata"]["name"] == "t-detector-dashboard"
 
 
 def test_each_pod_is_one_consumer_and_replicas_follow_the_autoscaler(helm: str) -> None:
@@ -350,7 +358,7 @@ def test_rendered_serve_config_validates(
         clean_env.setenv(name, value)
     objects = render(helm, [values] if values else [])
     config = tmp_path / "serve.yaml"
-    config.write_text(one(objects, "ConfigMap")["data"]["serve.yaml"], encoding="utf-8")
+    config.write_text(config_map(objects)["data"]["serve.yaml"], encoding="utf-8")
     settings = load_settings(config)
     mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "model")
     assert settings.model.dir == Path(mount["mountPath"])
@@ -360,10 +368,16 @@ def test_rendered_serve_config_validates(
 def test_serve_check_accepts_the_rendered_config(
     helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """`logstream serve --config <the ConfigMap's serve.yaml> --check`, as the pod runs it, exits 0."""
+    """`logstream serve --config <the ConfigMap's serve.yaml> --check`, as the pod runs it, exits 0;
+    --check also reads the mounted routes file (without its secrets, which are not here)."""
     objects = render(helm, [ALL_FEATURES])
     config = tmp_path / "serve.yaml"
-    config.write_text(one(objects, "ConfigMap")["data"]["serve.yaml"], encoding="utf-8")
+    routes = tmp_path / "alerts.yaml"
+    data = config_map(objects)["data"]
+    routes.write_text(data["alerts.yaml"], encoding="utf-8")
+    serve_yaml = data["serve.yaml"].replace("/etc/logstream/config/alerts.yaml", str(routes))
+    assert str(routes) in serve_yaml
+    config.write_text(serve_yaml, encoding="utf-8")
     args = [
         arg.replace("/etc/logstream/config/serve.yaml", str(config)) for arg in container(objects)["args"]
     ]
@@ -389,7 +403,7 @@ def test_rendered_alert_routes_validate_with_the_secret_in_place(
     from logstream.alerts.config import load_config
 
     objects = render(helm, [CHART / "ci" / "chart-secret-values.yaml"])
-    routes = one(objects, "ConfigMap")["data"]["alerts.yaml"]
+    routes = config_map(objects)["data"]["alerts.yaml"]
     mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "credentials")
     # The Secret's keys as the pod sees them: env vars, and files under the secrets mount.
     for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", routes):
@@ -418,7 +432,7 @@ def test_pod_is_non_root_with_a_read_only_root_filesystem(helm: str) -> None:
     assert set(writable) == {"/tmp", main["workingDir"]}
     assert all("emptyDir" in volume for volume in writable.values())
     # Every file the process writes (anomaly sink, alert outbox, silences) lands in one of them.
-    routes = yaml.safe_load(one(objects, "ConfigMap")["data"]["alerts.yaml"])
+    routes = yaml.safe_load(config_map(objects)["data"]["alerts.yaml"])
     written = [
         serve_config(objects)["sink"]["path"],
         routes["delivery"]["outbox"],
@@ -592,7 +606,7 @@ def test_statefulset_keeps_the_outbox_on_a_claim_per_pod(helm: str) -> None:
     mount = next(m for m in main["volumeMounts"] if m["name"] == "state")
     assert mount["mountPath"] == main["workingDir"]
     assert "state" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
-    outbox = yaml.safe_load(one(objects, "ConfigMap")["data"]["alerts.yaml"])["delivery"]["outbox"]
+    outbox = yaml.safe_load(config_map(objects)["data"]["alerts.yaml"])["delivery"]["outbox"]
     assert (Path(main["workingDir"]) / outbox).is_relative_to(mount["mountPath"])
     assert sts["spec"]["serviceName"] == one(objects, "Service")["metadata"]["name"]
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
@@ -841,8 +855,8 @@ def test_every_object_carries_the_standard_labels(helm: str) -> None:
 def test_name_overrides_apply_to_every_object(helm: str) -> None:
     """fullnameOverride names every object; nameOverride sets app.kubernetes.io/name."""
     objects = render(helm, [ALL_FEATURES], ["fullnameOverride=ls"])
-    assert {obj["metadata"]["name"] for obj in objects} == {"ls"}
-    named = render(helm, sets=["nameOverride=detector"])
+    assert {obj["metadata"]["name"] for obj in objects} == {"ls", "ls-dashboard"}
+    named = render(helm, sets=["nameOverride=detector"])  # defaults: no dashboard
     assert {obj["metadata"]["name"] for obj in named} == {"t-detector"}
     assert {obj["metadata"]["labels"]["app.kubernetes.io/name"] for obj in named} == {"detector"}
 
@@ -912,6 +926,7 @@ def test_every_optional_feature_has_a_ci_values_file() -> None:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
         enabled_by_ci |= {switch for switch, enabled in _switches(values) if enabled is True}
     expected = {"gpu", "keda", "keda.authentication", "autoscaling", "serviceMonitor", "prometheusRule"}
+    expected |= {"grafanaDashboard"}
     assert expected | {"podDisruptionBudget", "state.persistence"} <= switches
     assert switches == enabled_by_ci & switches
 
@@ -942,7 +957,7 @@ def test_notes_name_the_group_the_model_claim_and_the_needed_secrets(helm: str, 
     notes = render_notes(helm, tmp_path, sets)
     assert 'consumer group "detectors"' in notes
     assert 'PersistentVolumeClaim "t-logstream-model"' in notes
-    routes = one(render(helm), "ConfigMap")["data"]["alerts.yaml"]
+    routes = config_map(render(helm))["data"]["alerts.yaml"]
     env_refs = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", routes)
     assert env_refs  # the default routes do need secrets
     for name in env_refs:
@@ -974,7 +989,7 @@ def test_alerts_sink_reads_the_mounted_routes(helm: str) -> None:
     config_mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "config")
     routes = Path(serve_config(objects)["sink"]["routes"])
     assert routes.parent == Path(config_mount["mountPath"])
-    assert routes.name in one(objects, "ConfigMap")["data"]
+    assert routes.name in config_map(objects)["data"]
 
 
 def test_tool_install_is_idempotent(helm: str, kube_version: str) -> None:
@@ -1024,3 +1039,108 @@ def test_dockerfile_is_multistage_non_root_serve_image(helm: str, flavor: str) -
     assert 'ENTRYPOINT ["logstream", "serve"]' in runtime
     args = container(render(helm))["args"]
     assert f"CMD {json.dumps(args)}" in runtime
+
+
+# --- Grafana dashboard (templates/grafana-dashboard.yaml, files/grafana-dashboard.json) ---------
+DASHBOARD_VALUES = CHART / "ci" / "grafana-dashboard-values.yaml"
+DASHBOARD_PANELS = {
+    "Lines scored per second",
+    "Anomalies by severity",
+    "Line score distribution vs threshold",
+    "Consumer lag",
+    "Alert outbox pending",
+    "Alert delivery outcomes",
+    "KV cache bytes",
+    "Active streams",
+}
+# Grafana's own variables, as a query of the dashboard would see them, so that promtool reads it.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$job": ".*", "$namespace": ".*"}
+
+
+def dashboard_config_map(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    matches = [
+        obj for obj in objects if obj["kind"] == "ConfigMap" and "logstream.json" in obj.get("data", {})
+    ]
+    assert len(matches) == 1, f"expected one dashboard ConfigMap, got {len(matches)}"
+    return matches[0]
+
+
+def rendered_dashboard(helm: str, sets: list[str] | None = None) -> dict[str, Any]:
+    return json.loads(dashboard_config_map(render(helm, [DASHBOARD_VALUES], sets))["data"]["logstream.json"])
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of the dashboard: panel targets and variable queries."""
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            exprs.append(re.sub(r"^label_values\((.*), \w+\)$", r"\1", query["query"]))
+    return exprs
+
+
+def test_dashboard_config_map_carries_the_sidecar_label(helm: str) -> None:
+    """grafanaDashboard.enabled: a ConfigMap labelled grafana_dashboard="1" (the sidecar's
+    convention), in the chosen namespace, with the folder annotation; off by default."""
+    assert not [o for o in render(helm) if "logstream.json" in o.get("data", {})]
+    found = dashboard_config_map(render(helm, [DASHBOARD_VALUES]))
+    assert found["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert found["metadata"]["namespace"] == "monitoring"
+    assert found["metadata"]["annotations"] == {"grafana_folder": "Logs"}
+    relabelled = dashboard_config_map(
+        render(
+            helm,
+            [DASHBOARD_VALUES],
+            ["grafanaDashboard.label=dashboards", "grafanaDashboard.labelValue=logs"],
+        )
+    )
+    assert relabelled["metadata"]["labels"]["dashboards"] == "logs"
+
+
+def test_dashboard_has_the_panels_on_call_needs(helm: str) -> None:
+    """Lines/s, anomalies by severity, scores vs threshold, lag, outbox, deliveries, cache, streams;
+    every panel queries the chosen data source and has a unique id."""
+    dashboard = rendered_dashboard(helm)
+    titles = {panel["title"] for panel in dashboard["panels"]}
+    assert titles >= DASHBOARD_PANELS
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+    assert all(panel["datasource"]["uid"] == "${datasource}" for panel in dashboard["panels"])
+    (threshold,) = [p for p in dashboard["panels"] if p["title"] == "Line score distribution vs threshold"]
+    assert any("logstream_threshold" in t["expr"] for t in threshold["targets"])
+
+
+def test_every_metric_the_dashboard_queries_is_exported(helm: str) -> None:
+    """Each logstream_* series in the dashboard's expressions is one serve registers, and the
+    dashboard uses the score histogram, threshold, active streams, build info and latency."""
+    used = set(re.findall(r"\b(logstream_[a-z_]+)\b", " ".join(dashboard_exprs(rendered_dashboard(helm)))))
+    exported = _exposed_metric_names()
+    assert used - exported == set()
+    new = {
+        "logstream_line_score_bucket",
+        "logstream_threshold",
+        "logstream_active_streams",
+        "logstream_build_info",
+        "logstream_alert_notification_latency_seconds_bucket",
+    }
+    assert new <= used
+
+
+def test_dashboard_queries_parse_with_promtool(helm: str, promtool: str, tmp_path: Path) -> None:
+    """Every dashboard expression is valid PromQL (checked by promtool as recording rules)."""
+    exprs = dashboard_exprs(rendered_dashboard(helm))
+    for variable, value in GRAFANA_VARIABLES.items():
+        exprs = [e.replace(variable, value) for e in exprs]
+    assert not [e for e in exprs if "$" in e], "an unknown Grafana variable"
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(exprs)],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump(rules), encoding="utf-8")
+    result = _run([promtool, "check", "rules", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(exprs)} rules found" in result.stdout
