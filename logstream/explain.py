@@ -201,10 +201,11 @@ def line_token_offsets(tokenizer: Any, masked: str) -> list[tuple[int, int]]:
 
 
 def _occurrences(line: str, stream: str) -> list[tuple[int, int]]:
-    """Spans where the line spells the stream's name."""
+    """Spans where the line spells the stream's name as a whole token (so stream `1` of
+    `worker-(\\d+)` is the `1` of `worker-1`, not every 1 in the line)."""
     if not stream or stream == "default":
         return []
-    return [(m.start(), m.end()) for m in re.finditer(re.escape(stream), line)]
+    return [(m.start(), m.end()) for m in re.finditer(rf"(?<!\w){re.escape(stream)}(?!\w)", line)]
 
 
 def _segments(masked: str, hits: list[tuple[tuple[int, int], str]]) -> tuple[tuple[str, bool], ...]:

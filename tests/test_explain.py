@@ -108,13 +108,13 @@ def test_stream_key_never_dominates(tokenizer: LineTokenizer) -> None:
 
 
 def test_masked_value_shows_original_and_says_it_was_masked(tokenizer: LineTokenizer) -> None:
-    """A surprising `<IP>` shows the address, and the reason says the model saw only the kind."""
+    """A surprising `<IP>` shows the address, and the reason says the model saw only its kind."""
     line = LOGHUB_LIKE[3]
     masked = NORMALIZER.mask(line)
     offsets, nll = _nll_for(tokenizer, masked, {"<IP>": 9.0})
     word = explain_line(line, DEFAULT_RULES, masked, offsets, nll).words[0]
     assert (word.text, word.masked) == ("10.0.0.5:8080", "<IP>")
-    assert "sees only the kind of value" in word.reason
+    assert "the model sees only the kind, not" in word.reason
 
 
 def test_detector_explains_anomalies_in_words(synthetic_model_dir: Path) -> None:
@@ -133,3 +133,12 @@ def test_detector_explains_anomalies_in_words(synthetic_model_dir: Path) -> None
             assert s.record.stream not in word.text
     unseen = [s for s, kind in zip(scored, log.kinds, strict=True) if kind == "unseen_value" and s.is_anomaly]
     assert unseen and any("503" in [w.text for w in s.explanation.words] for s in unseen)
+
+
+def test_a_short_stream_name_skips_only_itself(tokenizer: LineTokenizer) -> None:
+    """Stream `1` (key `worker-(\\d+)`) skips the `worker-1` word, not every word holding a 1."""
+    line = "worker-1 INFO job finished in 17s"
+    masked = NORMALIZER.mask(line)
+    offsets, nll = _nll_for(tokenizer, masked, {"worker-1": 30.0, "17s": 6.0})
+    explanation = explain_line(line, DEFAULT_RULES, masked, offsets, nll, stream="1")
+    assert [w.text for w in explanation.words] == ["17s"]
