@@ -222,11 +222,13 @@ class StreamingEngine:
             tokens[b, : len(chunk)] = torch.tensor(chunk)
         cache = torch.tensor(
             [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
-        ).T.to(self.device)  # [4, B]: slots, head, fill, chunk_len
+        ).T.contiguous()  # [4, B]: slots, head, fill, chunk_len; rows contiguous (kernels take pointers)
         previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
         ring_len = self.ring_len(states)
         fill_all = min(s.fill for s in states) >= ring_len
-        nll, last = self.device_step(tokens.to(self.device), previous, *cache, ring_len, fill_all)
+        nll, last = self.device_step(
+            tokens.to(self.device), previous, *cache.to(self.device), ring_len, fill_all
+        )
         for b, state in enumerate(states):
             n = len(chunks[b])
             state.last_logprobs = last[b]

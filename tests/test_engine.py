@@ -172,7 +172,9 @@ def test_device_step_is_score_without_the_bookkeeping() -> None:
     chunks = [[5, 6, 7, 8], [9], [10, 11, 12]]
     states = [engine.streams[s] for s in names]
     tokens = torch.tensor([c + [0] * (4 - len(c)) for c in chunks])  # [B, T] padded
-    cache = torch.tensor([[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]).T
+    cache = torch.tensor(
+        [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
+    ).T.contiguous()
     previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
     nll, last = engine.device_step(tokens, previous, *cache, ring_len=engine.window - 1)
     want = twin.score({s: [c] for s, c in zip(names, chunks, strict=True)})
