@@ -8,9 +8,11 @@ Sections (each a function returning a JSON-able dict):
 - streams:   lines/s and memory with 1 .. 1024 streams batched in one engine.
 - ablation:  sinks S = 0, 1 (BOS), 4 and the pattern prompt, with a small window so the
              window rolls after a line or two: perplexity, AUC-PR, the score around the roll.
-- peers:     a Drain3 rare/new-template detector and a DeepLog-style next-template n-gram model
-             against ours, on HDFS sessions (the 80/20 split of benchmarks/hdfs_quality.py) and on
-             the synthetic incidents of `logstream demo`: F1, AUC-PR, lines/s.
+- peers:     Drain3 rare/new-template detectors (fitted, and mining online), a DeepLog-style
+             next-template n-gram model and a DeepLog LSTM over template ids, against ours at the
+             tiny and small presets, on HDFS sessions (the 80/20 split of
+             benchmarks/hdfs_quality.py) and on the synthetic incidents of `logstream demo`:
+             F1, AUC-PR, lines/s on the same lines and machine.
 
 Models are trained in-process with few steps (tiny preset) and cached under `runs/`, keyed by
 the training config and data, so reruns skip training. Costs are measured on token ids
@@ -209,11 +211,11 @@ def synthetic_baseline() -> list[Stream]:
     return streams_from_lines(generate_lines(6000, seed=1).lines, compile_stream_key(STREAM_KEY))
 
 
-def synthetic_model(config: BenchConfig, runs: Path) -> Trained:
+def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Trained:
     train_config = TrainConfig(
-        preset="tiny", window=config.window, fit_window=False, max_steps=config.max_steps, epochs=100.0
+        preset=preset, window=config.window, fit_window=False, max_steps=config.max_steps, epochs=100.0
     )
-    return cached_train(runs, "synthetic-tiny", synthetic_baseline(), train_config)
+    return cached_train(runs, f"synthetic-{preset}", synthetic_baseline(), train_config)
 
 
 def scores_of(nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
@@ -636,7 +638,78 @@ class NgramNext(TemplateDetector):
         return scores, self._surprisal(context, self.END) if ended else None
 
 
-PEERS: dict[str, type[TemplateDetector]] = {"drain3_rarity": DrainRarity, "ngram_next_template": NgramNext}
+class DrainOnline(TemplateDetector):
+    """Drain3 online: every line is mined (`PatternMiner.add`, learning new templates as they come)
+    and scores -log p(its template) from the counts so far, before it is counted itself."""
+
+    def score_stream(self, lines: list[str], ended: bool) -> tuple[list[float], float | None]:
+        scores = []
+        for line in lines:
+            t = self.miner.add(self.normalizer.mask(line)).template_id
+            scores.append(-math.log((self.counts.get(t, 0) + 1) / (self.total + len(self.counts) + 1)))
+            self.counts[t] += 1
+            self.total += 1
+        return scores, None
+
+
+class DeepLogLSTM(TemplateDetector):
+    """DeepLog (Du et al., 2017): an LSTM over the last HISTORY template ids predicts the next one
+    (2 layers of 64, as in the paper); a line scores -log p(its template | history) instead of
+    DeepLog's top-g membership, so AUC-PR has a ranking. A session's end is a template too; a
+    template never seen in training maps to one shared unknown id, which training never targets."""
+
+    HISTORY, EMBED, HIDDEN, STEPS, BATCH = 10, 32, 64, 300, 64
+
+    def __init__(self, streams: list[Stream], normalizer: Normalizer) -> None:
+        super().__init__(streams, normalizer)
+        self.ids = {t: i for i, t in enumerate(self.counts)}  # template -> class
+        self.unknown, self.start, self.end = len(self.ids), len(self.ids) + 1, len(self.ids) + 2
+        n = len(self.ids) + 3
+        self.embed = torch.nn.Embedding(n, self.EMBED)
+        self.lstm = torch.nn.LSTM(self.EMBED, self.HIDDEN, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(self.HIDDEN, n)
+        x = torch.cat(
+            [self._windows(seq, stream.ended)[0] for seq, stream in zip(self.sequences, streams, strict=True)]
+        )
+        y = torch.cat(
+            [self._windows(seq, stream.ended)[1] for seq, stream in zip(self.sequences, streams, strict=True)]
+        )
+        params = [*self.embed.parameters(), *self.lstm.parameters(), *self.head.parameters()]
+        optimizer = torch.optim.Adam(params, lr=3e-3)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(self.STEPS):
+            pick = torch.randint(0, len(y), (self.BATCH,), generator=gen)
+            loss = F.cross_entropy(self._logits(x[pick]), y[pick])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    def _windows(self, templates: list[int], ended: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(histories [n, HISTORY], next ids [n]) for every line of a stream (and its end)."""
+        seq = [self.start] * self.HISTORY + [self.ids.get(t, self.unknown) for t in templates]
+        seq += [self.end] if ended else []
+        ids = torch.tensor(seq)
+        n = len(seq) - self.HISTORY
+        history = ids.unfold(0, self.HISTORY, 1)[:n]  # [n, HISTORY]
+        return history, ids[self.HISTORY :]
+
+    def _logits(self, history: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(history))  # [n, HISTORY, HIDDEN]
+        return self.head(out[:, -1])  # [n, classes]
+
+    @torch.no_grad()
+    def score_stream(self, lines: list[str], ended: bool) -> tuple[list[float], float | None]:
+        history, target = self._windows(self.templates(lines), ended)
+        nll = F.cross_entropy(self._logits(history), target, reduction="none").tolist()
+        return (nll[:-1], nll[-1]) if ended else (nll, None)
+
+
+PEERS: dict[str, type[TemplateDetector]] = {
+    "drain3_rarity": DrainRarity,
+    "drain3_online": DrainOnline,
+    "ngram_next_template": NgramNext,
+    "deeplog_lstm": DeepLogLSTM,
+}
 
 
 def _evaluate_peer(
@@ -689,16 +762,20 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
     test_streams = [Stream(name, [incident_log.lines[i] for i in idx]) for name, idx in by_stream.items()]
     labels = [incident_log.labels[i] for idx in by_stream.values() for i in idx]
     normalizer = Normalizer.from_json(synthetic.meta["mask_rules"])
-    detector = Detector(
-        synthetic.model, synthetic.tokenizer, synthetic.meta, window=config.window, device="cpu"
-    )
-    synthetic_out = {
+    synthetic_out: dict[str, Any] = {
         "units": "lines", "lines": len(incident_log.lines), "positives": int(sum(incident_log.labels)),
-        "sinks_ring (ours)": _ours(
+    }  # fmt: skip
+    for name, trained in (
+        ("sinks_ring (ours)", synthetic),
+        ("sinks_ring small", synthetic_model(config, runs, "small")),
+    ):
+        detector = Detector(
+            trained.model, trained.tokenizer, trained.meta, window=config.window, device="cpu"
+        )
+        synthetic_out[name] = _ours(
             ReplayOptions(input=Path("synthetic"), format="lines"),
             ReplayInput(incident_log.lines, incident_log.labels, key, InputStats(), detector),
-        ),
-    }  # fmt: skip
+        )
     for name, peer in PEERS.items():
         synthetic_out[name] = _evaluate_peer(
             peer, synthetic_baseline(), test_streams, labels, False, 0.995, normalizer
@@ -712,20 +789,25 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
     cut = int(len(sessions) * 0.8)
     train_sessions, test_sessions = sessions[:cut], sessions[cut:]
     normal = streams_from_sessions([s for s in train_sessions if s.label == 0])
-    train_config = TrainConfig(
-        preset="tiny", window=config.hdfs_window, fit_window=False, max_steps=config.max_steps, epochs=100.0
-    )
-    hdfs_model = cached_train(runs, "hdfs-tiny", normal, train_config)
-    hdfs_detector = Detector(hdfs_model.model, hdfs_model.tokenizer, hdfs_model.meta, device="cpu")
     hdfs_out: dict[str, Any] = {
         "units": "sessions", "sessions": len(test_sessions), "lines": sum(len(s.lines) for s in test_sessions),
         "positives": sum(s.label for s in test_sessions),
-        "sinks_ring (ours)": _ours(
-            ReplayOptions(input=HDFS_SESSIONS, format="sessions"),
-            ReplayInput(test_sessions, None, None, InputStats(), hdfs_detector),
-        ),
     }  # fmt: skip
-    hdfs_normalizer = Normalizer.from_json(hdfs_model.meta["mask_rules"])
+    for name, preset in (("sinks_ring (ours)", "tiny"), ("sinks_ring small", "small")):
+        train_config = TrainConfig(
+            preset=preset,
+            window=config.hdfs_window,
+            fit_window=False,
+            max_steps=config.max_steps,
+            epochs=100.0,
+        )
+        trained = cached_train(runs, f"hdfs-{preset}", normal, train_config)
+        detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu")
+        hdfs_out[name] = _ours(
+            ReplayOptions(input=HDFS_SESSIONS, format="sessions"),
+            ReplayInput(test_sessions, None, None, InputStats(), detector),
+        )
+    hdfs_normalizer = Normalizer.from_json(trained.meta["mask_rules"])
     for name, peer in PEERS.items():
         hdfs_out[name] = _evaluate_peer(
             peer,

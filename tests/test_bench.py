@@ -15,7 +15,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {"dense_recompute", "window_no_sinks", "window_recompute", "sinks_ring"}
-DETECTORS = {"sinks_ring (ours)", "drain3_rarity", "ngram_next_template"}
+DETECTORS = {
+    "sinks_ring (ours)", "sinks_ring small", "drain3_rarity", "drain3_online", "ngram_next_template", "deeplog_lstm",
+}  # fmt: skip
 
 
 def _bench(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
