@@ -398,15 +398,25 @@ def replay_command(
 
 
 def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
-    """Route the replay's anomalies (as if all seen now) and print one line per notification."""
-    anomalies = [
-        Anomaly(
+    """Route the replay's anomalies (as if all seen now) and print one line per notification.
+
+    Each carries its template text, its line number and, in lines format, the stream's lines
+    around it (the whole file is at hand, so the lines after it too)."""
+    from logstream.alerts.context import LineContext
+
+    lines = report.unit == "line"
+    units = sorted(report.units, key=lambda u: u.line) if lines else report.units
+    flagged = {
+        i: Anomaly(
             stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
-            severity=severity(u.score, u.threshold, u.level), level=u.level,
+            severity=severity(u.score, u.threshold, u.level), level=u.level, template=u.template,
             top_tokens=u.top_tokens, source="replay", offset=u.index,
+            location=f"line {u.line}" if u.line else "",
         )
-        for u in report.units if u.is_anomaly
-    ]  # fmt: skip
+        for i, u in enumerate(units) if u.is_anomaly
+    }  # fmt: skip
+    around = LineContext().attach([(u.stream, u.text) for u in units], flagged) if lines else None
+    anomalies = around if around is not None else list(flagged.values())
     sent, pending = run_replay_alerts(anomalies, routes, deliver=deliver)
     for alert in sent:
         sys.stdout.write(format_alert(alert, routes) + "\n")

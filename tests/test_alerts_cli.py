@@ -55,13 +55,23 @@ def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, t
 
 
 def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp_path: Path) -> None:
-    """--deliver: the receiver gets exactly the printed notifications."""
+    """--deliver: the receiver gets exactly the printed notifications, each with its line number,
+    template text and the lines before it."""
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)])
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes, "--deliver")
         received = receiver.ok()
     assert result.returncode == 0, result.stderr
     assert len(received) == len(_notifications(result)) > 0
+    lines = log_file.read_text().splitlines()
+    for request in received:
+        alert = request.body["alerts"][0]
+        notes = alert["annotations"]
+        number = int(notes["source"].removeprefix("line "))  # 1-based, as an editor counts
+        assert lines[number - 1] == notes["first_line"] and notes["template"]
+        before = notes.get("context_before", "").splitlines()  # the log is one stream
+        assert len(before) <= 2 and lines[number - 1 - len(before) : number - 1] == before
+    assert any("context_before" in r.body["alerts"][0]["annotations"] for r in received)
 
 
 def test_bad_routes_file_fails_before_scoring(log_file: Path, tmp_path: Path) -> None:
