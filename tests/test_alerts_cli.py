@@ -169,3 +169,25 @@ def test_alerts_check_needs_no_secrets_and_lists_every_problem(tmp_path: Path) -
     ):
         assert problem in bad.stderr
     assert "more)" not in bad.stderr
+
+
+def test_serve_check_also_checks_the_routes_file_without_secrets(tmp_path: Path) -> None:
+    """`serve --check` with sink kind alerts loads the routes file too: unresolvable secrets
+    pass (not needed to check), a wrong receiver fails with one line and exit 2."""
+    routes = write_routes(tmp_path, [{"name": "team", "webhook_configs": [{"url": "${NOT_SET_ANYWHERE}"}]}])
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"dir": str(tmp_path / "m")},
+                "kafka": {"topics": ["t"]},
+                "sink": {"kind": "alerts", "routes": str(routes)},
+            }
+        )
+    )
+    assert logstream("serve", "--config", config, "--check").returncode == 0
+    doc = yaml.safe_load(routes.read_text())
+    doc["route"]["receiver"] = "pager"
+    routes.write_text(yaml.safe_dump(doc))
+    bad = logstream("serve", "--config", config, "--check")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown receiver 'pager'" in bad.stderr

@@ -215,3 +215,23 @@ def test_link_templates_are_checked_at_load(tmp_path: Path) -> None:
     assert "links[0].url: unknown label in {{labels.team}}" in message
     assert "links[1].url: URL scheme 'javascript' is not allowed" in message
     assert "route.runbook_url: unknown variable {{nope}}" in message
+
+
+def test_notification_latency_is_observed_per_channel_kind(tmp_path: Path) -> None:
+    """Each delivered notification adds one sample to logstream_alert_notification_latency_seconds
+    for its channel kind (the dashboard's latency panel)."""
+    from prometheus_client import REGISTRY
+
+    def count() -> float:
+        value = REGISTRY.get_sample_value(
+            "logstream_alert_notification_latency_seconds_count", {"channel": "webhook"}
+        )
+        return value or 0.0
+
+    before = count()
+    with Receiver() as receiver:
+        _one_incident(
+            _routes(tmp_path, [{"name": "team", "webhook_configs": [{"url": receiver.url + "/hook"}]}])
+        )
+        delivered = len(receiver.ok())
+    assert delivered == 1 and count() - before == delivered

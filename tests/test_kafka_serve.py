@@ -203,13 +203,25 @@ def test_injected_anomaly_comes_out_with_stream_offset_and_score(
 def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """With sink kind alerts, an odd line becomes a webhook POST on a real 127.0.0.1 receiver."""
+    """With sink kind alerts, an odd line becomes a webhook POST on a real 127.0.0.1 receiver,
+    carrying what on-call clicks first: the record's team label, topic/partition@offset, the
+    stream's previous lines, the log's own time as startsAt, the model id and version, the
+    template text and the configured link; and /metrics has the dashboard's new series."""
     topic, group = new_topic(kafka_broker, partitions=1)
-    messages = normal_lines(40, seed=19)
-    messages.append((b"web-1", ODD_LINE.encode()))
-    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    event_time = "2026-11-02T09:00:00.000Z"
+    messages = [
+        (key, json.dumps({"message": value.decode(), "host": key.decode(), "team": "storage"}).encode())
+        for key, value in normal_lines(40, seed=19)
+    ]
+    odd = {"message": ODD_LINE, "host": "web-1", "team": "storage", "ts": event_time}
+    messages.append((b"web-1", json.dumps(odd).encode()))
+    placed = asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    before = [json.loads(v)["message"] for k, v in messages[:-1] if k == b"web-1"][-2:]
     with Receiver() as receiver:
-        routes = write_routes(tmp_path, [webhook("team", receiver.url)])
+        routes = write_routes(
+            tmp_path, [webhook("team", receiver.url)], record_labels=["team"],
+            links=[{"name": "Logs", "url": "https://grafana.example/explore?stream={{stream}}&team={{labels.team}}"}],
+        )  # fmt: skip
         serve = Serve(
             tmp_path,
             kafka_broker,
@@ -217,11 +229,32 @@ def test_anomaly_reaches_an_alert_webhook_through_the_outbox(
             topic,
             group,
             sink={"kind": "alerts", "routes": str(routes)},
-        ).start()
+            input={
+                "format": "json", "stream_key": "json_field", "stream_field": "host",
+                "label_fields": {"team": "team"}, "timestamp_field": "ts",
+            },
+        ).start()  # fmt: skip
         wait_for(serve.ready, "serve ready")
         wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed")
-        wait_for(lambda: any("qwzx" in json.dumps(r.body) for r in receiver.ok()), "the webhook call")
+        found = wait_for(
+            lambda: [r.body for r in receiver.ok() if ODD_LINE in json.dumps(r.body)], "the webhook call"
+        )
+        scored = serve.metric("logstream_line_score_count")
+        threshold = serve.metric("logstream_threshold")
+        streams = serve.metric("logstream_active_streams")
+        build = serve.get("/metrics").text  # type: ignore[union-attr]
         assert serve.terminate() == 0
+    alert = found[0]["alerts"][0]
+    notes = alert["annotations"]
+    assert alert["labels"]["team"] == "storage" and alert["labels"]["stream"] == "web-1"
+    assert notes["source"] == f"{topic}/0@{placed[-1][1]}"
+    assert notes["context_before"].splitlines() == before
+    assert alert["startsAt"] == event_time
+    assert notes["model_id"].startswith("model@") and notes["model_version"]
+    assert "kernel: panic" in notes["template"]  # the template text, not its hash
+    assert alert["generatorURL"] == "https://grafana.example/explore?stream=web-1&team=storage"
+    assert scored == len(messages) and threshold > 0 and streams >= 1
+    assert re.search(r'logstream_build_info\{model_id="model@[0-9a-f]*",version="[^"]+"\} 1\.0', build)
 
 
 def test_kill_9_then_restart_scores_every_line_and_commits_only_after_hand_off(
