@@ -288,15 +288,18 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
         )
 
 
+EXAMPLE_CHARS = 240  # a longer example shows only the surroundings of its surprising words
+
+
 def example_text(unit: Unit) -> Text:
     """A unit's line as its template with the surprising words highlighted, and why (dim)."""
     from logstream.groups import why
 
     explanation = unit.explanation
     if explanation is None:  # a session's worst line below the line threshold, or a stream end
-        return Text(unit.text[:200])
+        return Text(unit.text[:EXAMPLE_CHARS])
     text = Text()
-    for piece, hit in explanation.segments:  # ** also marks the words where styles do not show
+    for piece, hit in explanation.compact(EXAMPLE_CHARS):  # ** marks the words where styles do not show
         text.append(f"**{piece}**" if hit else piece, style="bold red" if hit else "")
     text.append("\n" + why(unit), style="dim")
     return text

@@ -85,6 +85,16 @@ class Explanation:
         """The line as the model saw it, the surprising words restored (plain text)."""
         return "".join(text for text, _ in self.segments)
 
+    def compact(self, limit: int = 240, keep: int = 40) -> tuple[tuple[str, bool], ...]:
+        """`segments`, but a line longer than `limit` keeps only `keep` characters on each side
+        of the stretches between surprising words (the words' surroundings)."""
+        if sum(len(text) for text, _ in self.segments) <= limit:
+            return self.segments
+        return tuple(
+            (f"{text[:keep]} … {text[-keep:]}" if not hit and len(text) > 2 * keep + 10 else text, hit)
+            for text, hit in self.segments
+        )
+
     @property
     def marked(self) -> str:
         """The template with the surprising words in **bold** (Markdown)."""

@@ -43,6 +43,7 @@ mark{background:#ffd6d6;color:#8a0000;font-weight:700;padding:0 1px;border-radiu
 .card b{display:block;font-size:18px} svg.timeline{display:block;margin:2px 0 10px}
 svg .score{fill:none;stroke:#3b6fb6;stroke-width:1} svg .threshold{stroke:#d33;stroke-dasharray:4 3}
 svg .anomaly{fill:#d33} svg text{font:11px system-ui,sans-serif;fill:#5b6575}
+code.group-template{display:block;max-height:4.4em;overflow:hidden} summary{cursor:pointer;font-size:12px}
 """
 
 
@@ -165,14 +166,13 @@ def _timeline(stream: str, units: list[Unit], first: int, last: int, top: float,
 
 
 def _highlighted(u: Unit) -> str:
-    """The line's template with the surprising words marked, and why; the raw line below."""
+    """The line's template with the surprising words marked, and why; the line itself folded."""
     if u.explanation is None:
         return f'<div class="line">{_e(u.text)}</div>'
-    ex = u.explanation
-    template = "".join(f"<mark>{_e(t)}</mark>" if hit else _e(t) for t, hit in ex.segments)
+    template = "".join(f"<mark>{_e(t)}</mark>" if hit else _e(t) for t, hit in u.explanation.compact(400))
     return (
         f'<div class="line template">{template}</div><div class="reason">{_e(why(u))}</div>'
-        f'<div class="line muted">{_e(u.text)}</div>'
+        f'<details><summary class="muted">the line</summary><div class="line">{_e(u.text)}</div></details>'
     )
 
 

@@ -142,3 +142,15 @@ def test_a_short_stream_name_skips_only_itself(tokenizer: LineTokenizer) -> None
     offsets, nll = _nll_for(tokenizer, masked, {"worker-1": 30.0, "17s": 6.0})
     explanation = explain_line(line, DEFAULT_RULES, masked, offsets, nll, stream="1")
     assert [w.text for w in explanation.words] == ["17s"]
+
+
+def test_a_long_line_is_compacted_around_its_words(tokenizer: LineTokenizer) -> None:
+    """A 700-character line shows its surprising word with some context, not the whole line."""
+    line = "gmetad: failed to resolve " + " ".join(f"an{i}" for i in range(100, 220))
+    masked = NORMALIZER.mask(line)
+    offsets, nll = _nll_for(tokenizer, masked, {"an110": 20.0})  # early: a long line is cut at 256 tokens
+    explanation = explain_line(line, DEFAULT_RULES, masked, offsets, nll)
+    compact = explanation.compact(240, keep=40)
+    assert ("an110", True) in compact
+    assert sum(len(text) for text, _ in compact) < 200 < len(line)
+    assert explanation.compact(10_000) == explanation.segments
