@@ -506,10 +506,7 @@ class AlertsConfig(_Strict):
     @classmethod
     def _label_names(cls, value: list[str]) -> list[str]:
         for name in value:
-            if not is_label_name(name):
-                raise ValueError(f"{name!r} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")
-            if name in LABEL_NAMES:
-                raise ValueError(f"{name!r} is a built-in label; record labels cannot replace it")
+            check_record_label(name)
         return value
 
     @property
@@ -518,6 +515,15 @@ class AlertsConfig(_Strict):
 
     def receiver(self, name: str) -> Receiver | None:
         return next((r for r in self.receivers if r.name == name), None)
+
+
+def check_record_label(name: str) -> None:
+    """A label taken from a record (routes `record_labels`, serve's `input.label_*`): a valid
+    label name that does not replace a built-in one; ValueError otherwise."""
+    if not is_label_name(name):
+        raise ValueError(f"{name!r} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")
+    if name in LABEL_NAMES:
+        raise ValueError(f"{name!r} is a built-in alert label; a record label cannot replace it")
 
 
 def _context(data: dict[str, Any], secrets: bool) -> dict[str, Any]:

@@ -32,8 +32,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from logstream.alerts.config import LABEL_NAMES
-from logstream.alerts.matchers import is_label_name
+from logstream.alerts.config import check_record_label
 from logstream.regex import check_python_regex, compile_safe
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
@@ -176,10 +175,7 @@ class InputSettings(_Section):
 
 def _check_label_names(names: list[str]) -> None:
     for name in names:
-        if not is_label_name(name):
-            raise ValueError(f"{name!r} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")
-        if name in LABEL_NAMES:
-            raise ValueError(f"{name!r} is a built-in alert label; a record label cannot replace it")
+        check_record_label(name)
 
 
 class SinkSettings(_Section):

@@ -246,7 +246,7 @@ def test_record_labels_cannot_shadow_built_in_labels(tmp_path: Path) -> None:
     """record_labels naming a built-in label (stream) or an invalid name is refused at load."""
     doc = yaml.safe_load(write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")]).read_text())
     doc["record_labels"] = ["stream"]
-    with pytest.raises(AlertConfigError, match="'stream' is a built-in label"):
+    with pytest.raises(AlertConfigError, match="'stream' is a built-in alert label"):
         parse_config(doc)
     doc["record_labels"] = ["kube-namespace"]
     with pytest.raises(AlertConfigError, match="not a label name"):
