@@ -96,6 +96,7 @@ FLUSH_BATCH = 1000  # groups evaluated per flush call
 _DUE = "next_eval <= ?"
 _EARLY = "(next_eval <= ? OR state = 'pending')"
 _BAD_ROW = (ValueError, KeyError, TypeError)  # what decoding a damaged JSON row raises
+Inhibitors = dict[tuple[str, ...], list[tuple[str, float]]]  # equal-label values -> (group key, resolves at)
 
 
 class OutboxError(RuntimeError):
@@ -280,10 +281,9 @@ class Outbox:
                     continue
                 silence = silenced_by(silences, group.labels, now)
                 mutes = [silence.expires_at] if silence is not None else []
-                inhibited = self._inhibited_until(group, sources)
+                inhibited = self._inhibited_until(group, sources) if sources else None
                 if inhibited is not None:
                     mutes.append(inhibited)
-                    log.info("alert_inhibited", alert_id=group.dedup_key)
                 until = min(mutes) if mutes else None  # re-evaluated when the first one ends
                 group, status = evaluate(group, now, resolve_timeout, until, early=early)
                 self._wdb.execute(
@@ -293,39 +293,44 @@ class Outbox:
                 if status is None:
                     if silence is not None:
                         log.info("alert_silenced", alert_id=group.dedup_key, comment=silence.comment)
+                    elif inhibited is not None:
+                        log.info("alert_inhibited", alert_id=group.dedup_key)
                     continue
                 alert = Alert.of(group, status, resolve_timeout, self.config.links)
                 made.append(alert)
                 self._enqueue(alert, now)
         return made
 
-    def _inhibit_sources(self, resolve_timeout: float, now: float) -> list[tuple[str, dict[str, str], float]]:
-        """(key, labels, resolves at) of every open group not yet due to resolve: what may
-        inhibit another."""
-        out = []
+    def _inhibit_sources(self, resolve_timeout: float, now: float) -> list[Inhibitors]:
+        """Per inhibit rule: the open groups (not yet due to resolve) that match its source
+        matchers, by their values of its `equal` labels, as (key, resolves at)."""
+        open_groups = []
         for key, data in self._wdb.execute("SELECT key, data FROM groups WHERE state != 'resolved'"):
             try:
                 group = _load_group(data)
             except _BAD_ROW:
                 continue  # parked when it is evaluated (see _flush)
             if group.last_seen + resolve_timeout > now:
-                out.append((key, group.labels, group.last_seen + resolve_timeout))
+                open_groups.append((key, group.labels, group.last_seen + resolve_timeout))
+        out: list[Inhibitors] = []
+        for rule in self.config.inhibit_rules:
+            by_equal: Inhibitors = {}
+            for key, labels, resolves_at in open_groups:
+                if matches(rule.source_matchers, labels):
+                    values = tuple(labels.get(n, "") for n in rule.equal)
+                    by_equal.setdefault(values, []).append((key, resolves_at))
+            out.append(by_equal)
         return out
 
-    def _inhibited_until(
-        self, group: Group, sources: Sequence[tuple[str, dict[str, str], float]]
-    ) -> float | None:
+    def _inhibited_until(self, group: Group, sources: Sequence[Inhibitors]) -> float | None:
         """When the last open group inhibiting this one (see config.InhibitRule) resolves."""
         until = None
-        for rule in self.config.inhibit_rules:
-            if not matches(rule.target_matchers, group.labels):
+        for rule, by_equal in zip(self.config.inhibit_rules, sources, strict=True):
+            if not by_equal or not matches(rule.target_matchers, group.labels):
                 continue
-            for key, labels, resolves_at in sources:
-                if (
-                    key != group.key
-                    and matches(rule.source_matchers, labels)
-                    and all(labels.get(n, "") == group.labels.get(n, "") for n in rule.equal)
-                ):
+            values = tuple(group.labels.get(n, "") for n in rule.equal)
+            for key, resolves_at in by_equal.get(values, ()):
+                if key != group.key:
                     until = resolves_at if until is None else max(until, resolves_at)
         return until
 
