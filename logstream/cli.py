@@ -380,7 +380,8 @@ def replay_command(
             progress.update(task[-1], advance=n, info=info)
 
         report = run_replay(options, data, ReplayProgress(phase, advance))
-    mark_new_words(report.units)
+    if report.unit == "line":  # a session unit holds only its worst line: no history to compare
+        mark_new_words(report.units)
     patterns = group_by_template(report.units)
     groups = anomaly_groups(patterns)
     human = _console(stderr=json_output)  # with --json, stdout holds only the JSON line
