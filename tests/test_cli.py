@@ -91,7 +91,7 @@ def test_replay_without_model_trains_on_first_half(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "all.log", generate_lines(400, seed=13).lines)
     result = logstream("replay", path, "--preset", "tiny", "--window", "64", "--max-steps", "10", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1])["lines"] == 200
+    assert json.loads(result.stdout)["lines"] == 200
 
 
 def test_replay_auto_train_all_scores_every_line(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_replay_auto_train_all_scores_every_line(tmp_path: Path) -> None:
         "--max-steps", "5", "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)
     assert summary["lines"] == summary["scored"] == len(log.lines)
     assert summary["positives"] == sum(log.labels)
 
@@ -118,7 +118,7 @@ def test_replay_sessions_format(cli_model: Path, tmp_path: Path) -> None:
     path = write_lines(tmp_path / "sessions.jsonl", [json.dumps(s) for s in sessions])
     result = logstream("replay", path, "--model", cli_model, "--format", "sessions", "--json")
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)
     assert summary["streams"] == 20 and summary["unit"] == "session" and "auc_pr" in summary
 
 
@@ -178,7 +178,7 @@ def test_invalid_utf8_and_huge_lines_are_counted_not_fatal(cli_model: Path, tmp_
     )  # fmt: skip
     result = logstream("replay", path, "--model", cli_model, "--json")
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = json.loads(result.stdout)
     assert summary["bad_input"] == {"invalid_utf8": 1, "oversized_line": 1}
     assert summary["lines"] == 22
 
