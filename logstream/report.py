@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,8 @@ def _timelines(report: ReplayReport) -> str:
     ranked = sorted(by_stream, key=lambda s: -max(u.score for u in by_stream[s]))
     first = min((u.line for u in report.units), default=1)
     last = max((u.line for u in report.units), default=1)
-    top = max([report.threshold * 2, *(u.score for u in report.units)]) * 1.05
+    finite = [v for v in (report.threshold * 2, *(u.score for u in report.units)) if math.isfinite(v)]
+    top = max(finite, default=10.0) * 1.05 or 1.0  # the y axis; an infinite score is drawn at the top
     svgs = [_timeline(s, by_stream[s], first, last, top, report.threshold) for s in ranked[:MAX_TIMELINES]]
     more = len(ranked) - MAX_TIMELINES
     note = (
