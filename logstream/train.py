@@ -202,8 +202,16 @@ def fit(
     config: TrainConfig,
     steps: int,
     progress: Callable[[int, int, float], None] | None = None,
+    *,
+    compile: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> float:
-    """Train in place for `steps`; returns the last smoothed loss. Sinks are input only (no loss)."""
+    """Train in place for `steps`; returns the last smoothed loss. Sinks are input only (no loss).
+
+    Speed levers, off by default (benchmarks/train_speed.py measures them): `compile` runs the
+    forward and backward through torch.compile (the same math, reordered rounding);
+    `autocast` (e.g. torch.bfloat16) runs the matmuls in that dtype with fp32 weights.
+    """
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     warmup = max(1, int(steps * config.warmup_fraction))
@@ -216,6 +224,7 @@ def fit(
     order: list[int] = []
     smoothed = float("nan")
     model.train()
+    forward = torch.compile(model, dynamic=True) if compile else model
     for step in range(steps):
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
@@ -229,7 +238,8 @@ def fit(
             tokens[b, S : S + len(ids)] = torch.tensor(ids)
             line_ids[b, : len(ids)] = torch.tensor(lines)
             mask[b, : len(ids)] = True
-        logits = model(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
         token_loss = F.cross_entropy(
             logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
         )  # [B, T]
