@@ -19,7 +19,7 @@ from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
-from logstream.patterns import seeded_miner
+from logstream.patterns import RecentPatterns, seeded_miner
 from logstream.records import Anomaly, LogRecord, location
 from logstream.scoring import Calibration, Observation, ScoringConfig, line_score, severity
 from logstream.tail import OnlineTail
@@ -37,6 +37,7 @@ class ScoredLine:
     threshold: float
     level: str | None = None  # severity from the level field or failure words
     novel: bool = False  # the line's template is new to the model
+    repeats: int = 0  # times its template occurred in the stream's recent lines (burst discount)
     template_id: int | None = None
     template: str | None = None
     top_tokens: tuple[tuple[str, float], ...] = ()
@@ -109,6 +110,7 @@ class Detector:
     def calibration(self, calibration: Calibration) -> None:
         """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
         self._calibration = calibration
+        self.recent = RecentPatterns(calibration.config.repeat_window or 0)
         self.online = (
             OnlineTail(calibration.line, calibration.line_reference, calibration.config.refit_every)
             if calibration.line is not None
@@ -123,6 +125,7 @@ class Detector:
         """Forget every stream and every template learned since loading: score afresh."""
         for stream in list(self.engine.streams):
             self.engine.drop(stream)
+        self.recent.clear()
         self.miner = seeded_miner(self.known_templates)
 
     @property
@@ -169,7 +172,8 @@ class Detector:
             ls = line_score(token_nll, self.scoring.line_top_k)
             level = self.scoring.severity(record.line)
             mined = self.miner.add(masked[i])
-            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new))
+            repeats = self.recent.add(record.stream, mined.template_id)
+            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new, repeats))
             score = self.calibration.line_score(evidence, fit)
             out.append(
                 ScoredLine(
@@ -180,6 +184,7 @@ class Detector:
                     threshold=threshold,
                     level=level,
                     novel=mined.new,
+                    repeats=repeats,
                     template_id=mined.template_id,
                     template=mined.template,
                     top_tokens=tuple(
@@ -215,6 +220,7 @@ class Detector:
                 kind="end",
             )
         self.engine.drop(stream)
+        self.recent.drop(stream)
         return scored
 
     def anomaly(self, scored: ScoredLine) -> Anomaly | None:

@@ -9,7 +9,13 @@
     them instead of filtering;
   - novelty: the line's template is new to the model (online Drain seeded with the
     training templates). Measured on the dev sets it double-counts what the model's
-    surprisal already says, so its default weight is 0 (docs/quality.md).
+    surprisal already says, so its default weight is 0 (docs/quality.md);
+  - repetition (the burst discount): minus log(1 + c) nats when the line's template
+    occurred c times in the stream's last `repeat_window` lines (`patterns.RecentPatterns`).
+    A small model does not learn to copy from its context, so without it every line of a
+    burst of a rare pattern is as surprising as the first. Only for line streams (logs):
+    in sessions (HDFS blocks) repeats are the structure the model learned from thousands
+    of examples, and the discount cost HDFS F1 (docs/quality.md).
 - End evidence: the surprisal of the end-of-stream token when a stream closes.
 
 Score = -log10 P(a normal line's evidence is at least this high), from the tail of
@@ -22,7 +28,7 @@ the tail of held-out sessions' worst calibrated line or end score.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -34,6 +40,7 @@ DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
 DEFAULT_NOVELTY = 0.0
 DEFAULT_FALSE_ALARM_RATE = 1e-3
 DEFAULT_LINE_TOP_K = 3
+DEFAULT_REPEAT_WINDOW = 128  # lines (a 2048-token context holds about 100); for line streams
 EXPLAIN_TOKENS = 3  # surprising tokens kept to explain an alert
 # ablations: "empirical" tails only (no GPD); "raw": evidence in nats, thresholded at each
 # model's own held-out quantile (no common unit)
@@ -69,6 +76,8 @@ class ScoringConfig:
     tail_model: str = "gpd"
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
     refit_every: int = 500  # online refit (DSPOT-style) every N unflagged lines; 0 = never
+    # lines a pattern's repeats are counted over; 0 = off; None = by data (`for_data`)
+    repeat_window: int | None = None
 
     def __post_init__(self) -> None:
         for name, kind in (("line_top_k", int), ("refit_every", int), ("content_severity", bool)):
@@ -81,6 +90,12 @@ class ScoringConfig:
         finite_list(list(self.severity_prior.values()), "severity_prior")
         if self.refit_every < 0:
             raise ValueError(f"refit_every: {self.refit_every} is negative")
+        if self.repeat_window is not None and (
+            not isinstance(self.repeat_window, int) or self.repeat_window < 0
+        ):
+            raise ValueError(
+                f"repeat_window: expected a non-negative integer or None, got {self.repeat_window!r}"
+            )
         if self.tail_model not in TAIL_MODELS:
             raise ValueError(f"tail_model: unknown {self.tail_model!r}; expected one of {TAIL_MODELS}")
         if not 0 < self.false_alarm_rate < 1:
@@ -89,12 +104,21 @@ class ScoringConfig:
             raise ValueError(f"line_top_k: {self.line_top_k} is negative")
         check_failure_words(self.failure_words)
 
+    def for_data(self, sessions: bool) -> ScoringConfig:
+        """The config with its data-dependent defaults settled: the burst discount's window
+        is DEFAULT_REPEAT_WINDOW for line streams and 0 (off) for sessions."""
+        if self.repeat_window is not None:
+            return self
+        return replace(self, repeat_window=0 if sessions else DEFAULT_REPEAT_WINDOW)
+
     def severity(self, line: str) -> str | None:
         return line_severity(line, self.failure_words if self.content_severity else {})
 
-    def evidence(self, surprisal: float, severity: str | None, novel: bool) -> float:
-        """Surprisal plus the priors, all in nats: the raw score that the line tail calibrates."""
-        return surprisal + self.severity_prior.get(severity or "", 0.0) + self.novelty * novel
+    def evidence(self, surprisal: float, severity: str | None, novel: bool, repeats: int = 0) -> float:
+        """Surprisal plus the priors, minus the burst discount, all in nats: the raw score
+        that the line tail calibrates."""
+        prior = self.severity_prior.get(severity or "", 0.0) + self.novelty * novel
+        return surprisal + prior - (math.log1p(repeats) if self.repeat_window else 0.0)
 
 
 @dataclass(frozen=True)
@@ -104,6 +128,7 @@ class Observation:
     surprisal: float  # nats
     severity: str | None
     novel: bool
+    repeats: int = 0  # times the line's template occurred in the stream's recent lines
 
 
 @dataclass
@@ -128,7 +153,7 @@ class Calibration:
         return -math.log10(rate)
 
     def evidence(self, seen: Observation) -> float:
-        return self.config.evidence(seen.surprisal, seen.severity, seen.novel)
+        return self.config.evidence(seen.surprisal, seen.severity, seen.novel, seen.repeats)
 
     def line_score(self, evidence: float, fit: TailFit | None = None) -> float:
         return _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
@@ -164,6 +189,8 @@ class Calibration:
         config = data["config"]
         if not isinstance(config, dict):
             raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
+        # calibrations saved before the burst discount were fitted without it
+        config = {"repeat_window": 0} | config
         return cls(config=ScoringConfig(**config), **fits, **references, **counts)
 
 

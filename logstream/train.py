@@ -264,6 +264,7 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     The line and end tails come from the held-out lines and stream ends; the session tail
     from each held-out session's worst calibrated score. No labels are involved.
     """
+    config = config.for_data(sessions=bool(heldout) and all(s.ended for s in heldout))
     detector.reset()
     detector.calibration = Calibration(config=config)  # observations only, no tails yet
     lines: list[Observation] = []
@@ -275,7 +276,9 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
         scored = detector.score([LogRecord(line=line, stream=s.name) for s in streams for line in s.lines])
         by_stream: dict[str, list[Observation]] = {s.name: [] for s in streams}
         for line in scored:
-            by_stream[line.record.stream].append(Observation(line.surprisal, line.level, line.novel))
+            by_stream[line.record.stream].append(
+                Observation(line.surprisal, line.level, line.novel, line.repeats)
+            )
         for stream in streams:
             lines += by_stream[stream.name]
             if stream.ended:
