@@ -5,7 +5,10 @@ weights and runs its own forward, so that each stream's memory is a fixed ring
 of L slots per layer (StreamingLLM) and many streams run in one batch:
 
     tokens [B, T] -> embed -> L x (attention over sinks + ring + chunk, MLP)
-                  -> log-probs [B, T, V] -> NLL of each next token
+                  -> logits [B, T, V] -> NLL of each next token = logsumexp - logit[target]
+
+`device_step` is that forward as a pure tensor function (compilable, capturable in a CUDA
+graph); `_step` wraps it with the host bookkeeping (batching chunks, heads, fills).
 
 Cache layout (per layer, keys before RoPE; see kernels/reference.py):
     sink_k, sink_v  [Hkv, S, D]      the pattern prompt, shared by all streams
@@ -13,7 +16,8 @@ Cache layout (per layer, keys before RoPE; see kernels/reference.py):
 
 Memory per stream is layers x 2 x L x Hkv x D x bytes, whatever the stream's
 length. Streams beyond `max_streams` evict the least recently used one; an
-evicted stream that returns is rebuilt from its last L tokens.
+evicted stream that returns is rebuilt from its last L tokens, or, with `offload=True`, its
+ring is copied to host memory (pinned when the engine is on a GPU) and paged back unchanged.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class StreamingEngine:
         chunk_tokens: int = 256,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
+        offload: bool = False,
     ) -> None:
         config = model.config
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -91,6 +96,9 @@ class StreamingEngine:
         self.sink_k, self.sink_v, self.initial_logprobs = self._prefill_sinks(sink_ids)
         self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
         self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
+        # offload: evicted streams' rings on the host, [layers, Hkv, L, D] each for K and V
+        self.offload = offload
+        self.offloaded: OrderedDict[str, tuple[StreamState, torch.Tensor, torch.Tensor]] = OrderedDict()
         self.free_slots = list(range(max_streams - 1, -1, -1))
 
     # -- memory -----------------------------------------------------------------------------
@@ -246,26 +254,50 @@ class StreamingEngine:
             return self.streams[stream], []
         if not self.free_slots:
             self._evict_lru(keep)
-        state = StreamState(
-            slot=self.free_slots.pop(),
-            last_logprobs=self.initial_logprobs,
-            recent=deque(maxlen=self.window),
-        )
+        slot = self.free_slots.pop()
+        if stream in self.offloaded:  # page its ring back in: exact, no tokens to replay
+            state, host_k, host_v = self.offloaded.pop(stream)
+            state.slot = slot
+            self.ring_k[:, slot].copy_(host_k, non_blocking=True)  # [layers, Hkv, L, D]
+            self.ring_v[:, slot].copy_(host_v, non_blocking=True)
+            self.streams[stream] = state
+            return state, []
+        state = StreamState(slot=slot, last_logprobs=self.initial_logprobs, recent=deque(maxlen=self.window))
         self.streams[stream] = state
         return state, list(self.evicted.pop(stream, ()))
 
     def _evict_lru(self, keep: set[str]) -> None:
-        """Free the least recently used stream's slot, remembering its recent tokens."""
+        """Free the least recently used stream's slot, remembering its ring (offload) or recent tokens."""
         victim = next(s for s in self.streams if s not in keep)
         state = self.streams.pop(victim)
         self.free_slots.append(state.slot)
+        if self.offload:
+            host_k, host_v = (
+                self._to_host(self.ring_k[:, state.slot]),
+                self._to_host(self.ring_v[:, state.slot]),
+            )
+            self.offloaded[victim] = (state, host_k, host_v)
+            if len(self.offloaded) <= 16 * self.max_streams:
+                return
+            victim, (state, _, _) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens
         self.evicted[victim] = state.recent
         while len(self.evicted) > 16 * self.max_streams:  # bounded: forget the oldest
             self.evicted.popitem(last=False)
 
+    def _to_host(self, x: torch.Tensor) -> torch.Tensor:
+        """A host copy of x (pinned when x is on a GPU, so the copies run async both ways)."""
+        host = torch.empty(x.shape, dtype=x.dtype, pin_memory=x.is_cuda)
+        return host.copy_(x, non_blocking=x.is_cuda)
+
+    @property
+    def offloaded_bytes(self) -> int:
+        """Host bytes held by offloaded streams' rings."""
+        return len(self.offloaded) * self.bytes_per_stream
+
     def drop(self, stream: str) -> None:
         """Forget a stream (it closed): free its slot and its history."""
         self.evicted.pop(stream, None)
+        self.offloaded.pop(stream, None)
         state = self.streams.pop(stream, None)
         if state is not None:
             self.free_slots.append(state.slot)

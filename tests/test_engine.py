@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -207,3 +208,28 @@ def test_bf16_engine_within_stated_tolerance() -> None:
         torch.testing.assert_close(
             torch.from_numpy(got[s][0]), torch.from_numpy(want[s][0]), atol=0.05, rtol=0.05
         )
+
+
+def test_offloaded_ring_pages_back_exactly_after_wrap() -> None:
+    """offload=True: a stream evicted after its ring wrapped gets its ring back from host memory
+    and scores exactly as if it never left (a rebuild from its last L tokens cannot: their keys
+    were computed with an older context)."""
+    model = tiny_llama(2, seed=5)
+    gen = torch.Generator().manual_seed(8)
+    history = [torch.randint(3, VOCAB, (6,), generator=gen).tolist() for _ in range(8)]  # 48 tokens > L
+    probe = [[20, 21, 22, 23], [24, 25]]
+    roomy = StreamingEngine(model, [1, 2], window=16, max_streams=2, chunk_tokens=8, device="cpu")
+    offload = StreamingEngine(
+        model, [1, 2], window=16, max_streams=1, chunk_tokens=8, device="cpu", offload=True
+    )
+    rebuild = StreamingEngine(model, [1, 2], window=16, max_streams=1, chunk_tokens=8, device="cpu")
+    for engine in (roomy, offload, rebuild):
+        engine.score({"a": history})
+        engine.score({"b": history[:2]})  # evicts "a" from the one-slot engines
+    assert offload.offloaded_bytes == offload.bytes_per_stream and not offload.evicted
+    want = roomy.score({"a": probe})["a"]
+    got = offload.score({"a": probe})["a"]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert "a" in offload.streams and "b" in offload.offloaded
+    rebuilt = rebuild.score({"a": probe})["a"]
+    assert not all(np.allclose(g, w, atol=1e-6) for g, w in zip(rebuilt, want, strict=True))
