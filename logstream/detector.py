@@ -110,7 +110,7 @@ class Detector:
     def calibration(self, calibration: Calibration) -> None:
         """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
         self._calibration = calibration
-        self.recent = RecentPatterns(calibration.config.repeat_window or 0)
+        self.recent = RecentPatterns(calibration.config.repeat_window)
         self.online = (
             OnlineTail(calibration.line, calibration.line_reference, calibration.config.refit_every)
             if calibration.line is not None

@@ -87,8 +87,8 @@ class RecentPatterns:
 
     A small model trained on a few thousand lines cannot copy from its context, so the
     twentieth `Kerberos authentication failed` of a burst is as surprising to it as the
-    first. Scoring subtracts log(1 + count) nats (`ScoringConfig.repeat_window`): a line
-    whose pattern the stream just showed c times is (1 + c) times less surprising.
+    first. With `ScoringConfig.repeat_window` set, scoring subtracts log(1 + count) nats:
+    a line whose pattern the stream just showed c times is (1 + c) times less surprising.
     At most `max_streams` streams are kept (least recently used are forgotten).
     """
 

@@ -264,7 +264,6 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     The line and end tails come from the held-out lines and stream ends; the session tail
     from each held-out session's worst calibrated score. No labels are involved.
     """
-    config = config.for_data(sessions=bool(heldout) and all(s.ended for s in heldout))
     detector.reset()
     detector.calibration = Calibration(config=config)  # observations only, no tails yet
     lines: list[Observation] = []

@@ -1,4 +1,5 @@
-"""The burst discount: a pattern the stream just repeated is less surprising each time.
+"""The burst discount (a switch, off by default): a pattern the stream just repeated is
+less surprising each time.
 
 A small model does not learn to copy from its context, so without the discount every line
 of a burst of a rare pattern scores as high as its first (docs/quality.md).
@@ -7,6 +8,7 @@ of a burst of a rare pattern scores as high as its first (docs/quality.md).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from logstream.detector import Detector
 from logstream.patterns import RecentPatterns
 from logstream.records import LogRecord
-from logstream.scoring import DEFAULT_REPEAT_WINDOW, Calibration, Observation, ScoringConfig
+from logstream.scoring import DEFAULT_REPEAT_WINDOW, ScoringConfig
 from logstream.synth import generate_lines
 
 
@@ -40,21 +42,14 @@ def test_recent_patterns_is_bounded_and_can_be_off() -> None:
 
 
 def test_each_repeat_lowers_the_evidence_by_log_one_plus_count() -> None:
-    config = ScoringConfig().for_data(sessions=False)
-    assert config.repeat_window == DEFAULT_REPEAT_WINDOW
+    assert ScoringConfig().repeat_window == DEFAULT_REPEAT_WINDOW == 0  # off by default
+    config = ScoringConfig(repeat_window=128)
     first = config.evidence(6.0, "error", novel=False, repeats=0)
     assert config.evidence(6.0, "error", novel=False, repeats=4) == pytest.approx(first - math.log(5))
-    for off in (ScoringConfig(repeat_window=0), ScoringConfig().for_data(sessions=True)):
-        assert off.evidence(6.0, "error", novel=False, repeats=4) == first
-    assert ScoringConfig(repeat_window=64).for_data(sessions=True).repeat_window == 64  # set, kept
+    assert ScoringConfig().evidence(6.0, "error", novel=False, repeats=4) == first
 
 
-def test_a_calibration_saved_before_the_discount_keeps_scoring_without_it() -> None:
-    saved = Calibration().to_json()
-    del saved["config"]["repeat_window"]
-    calibration = Calibration.from_json(saved)
-    assert calibration.config.repeat_window == 0
-    assert calibration.evidence(Observation(5.0, None, False, repeats=9)) == 5.0
+def test_a_negative_window_is_refused() -> None:
     with pytest.raises(ValueError, match="repeat_window"):
         ScoringConfig(repeat_window=-1)
 
@@ -66,7 +61,10 @@ def test_a_burst_of_a_new_pattern_is_discounted_after_its_start(
     k-th copy's evidence is its surprisal and prior minus log(1 + k), so the burst ranks
     below its start; the first copy alerts; another stream is unaffected."""
     detector = Detector.load(synthetic_model_dir, device="cpu")
-    assert detector.scoring.repeat_window == DEFAULT_REPEAT_WINDOW  # trained on line streams
+    assert detector.scoring.repeat_window == 0
+    detector.calibration = replace(
+        detector.calibration, config=replace(detector.scoring, repeat_window=128)
+    )  # the same tails, the discount on
     detector.score([LogRecord(line=line, stream="web-0") for line in generate_lines(200, seed=41).lines])
     new = "2024-01-01T00:00:00.000Z web-0 ERROR db: connection pool exhausted (active=60, waiting=200)"
     burst = detector.score([LogRecord(line=new, stream="web-0")] * 30)
