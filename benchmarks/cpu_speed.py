@@ -1,58 +1,232 @@
-"""CPU replay speed of the `small` preset: lines/s, tokens/s, and the share of time in the engine.
+"""CPU replay speed: lines/s, tokens/s, FLOP/s and bytes/s against this machine's roofline, per lever.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/cpu_speed.py [--lines 4000] [--hosts 16] [--window 2048]
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/cpu_speed.py [--preset small] [--lines 1000]
+        [--hosts 16] [--window 2048] [--reps 2] [--levers reference,flash_cpu,chunk_1024,...]
 
-Trains a `small` model briefly on synthetic lines (speed does not depend on how well it is
-trained), then scores a synthetic log with `--hosts` web hosts batched together, through the
-same Detector that replay and serve use. The last stdout line is JSON.
+Trains a model briefly on synthetic lines (speed does not depend on how well it is trained;
+the drift column does a little), tokenizes a synthetic log with `--hosts` web hosts, fills
+every stream's ring with its earlier lines (untimed: the steady state of a long-running
+stream), then scores `--lines` more lines in batches of 1,024 lines as replay does, once per
+lever and repetition, interleaved, best time kept (the machine is shared: compare within a
+run). Each lever's token NLLs are compared with the first lever's (`drift`).
+
+Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
+default), bigger chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
+and cache, one thread instead of two, an int8 ring. Then the default Detector end to end (masking,
+tokenizing, scoring) for the engine's share. FLOPs per token: `roofline.engine_flops_per_token`
+at each token's own window; bytes: `roofline.engine_bytes_per_step`. The last stdout line is JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
 import re
 import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
+from roofline import Roofline, engine_bytes_per_step, engine_flops_per_token, measure
 
 from logstream.detector import Detector
+from logstream.engine import StreamingEngine
 from logstream.inputs import streams_from_lines
+from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
 from logstream.records import LogRecord
 from logstream.synth import STREAM_KEY, generate_lines
+from logstream.tokenizer import prompt_ids
 from logstream.train import TrainConfig, train
 
 BATCH_LINES = 1024  # as replay does
+Batch = dict[str, list[list[int]]]
+
+
+@dataclass(frozen=True)
+class Lever:
+    reference: bool = False  # LOGSTREAM_FORCE_REFERENCE=1: the torch reference attention
+    chunk_tokens: int = 256
+    compile: bool = False  # torch.compile(engine.device_step)
+    dtype: torch.dtype = torch.float32
+    threads: int | None = None  # None: as OMP_NUM_THREADS
+    int8_ring: bool = False  # K/V stored as int8 with per (token, kv head) scales
+
+
+LEVERS: dict[str, Lever] = {
+    "reference": Lever(reference=True),
+    "flash_cpu": Lever(),
+    "chunk_1024": Lever(chunk_tokens=1024),
+    "compile": Lever(compile=True),
+    "compile_chunk_1024": Lever(compile=True, chunk_tokens=1024),
+    "bf16": Lever(dtype=torch.bfloat16),
+    "threads_1": Lever(threads=1),
+    "int8_ring": Lever(int8_ring=True),
+}
+
+
+class Counted:
+    """Wraps engine.device_step: counts FLOPs and the bytes each step must read."""
+
+    def __init__(self, engine: StreamingEngine) -> None:
+        self.engine, self.step = engine, engine.device_step
+        self.flops = self.bytes = 0.0
+        config, S = engine.model.config, engine.sink_k[0].shape[1]
+        self.base = engine_flops_per_token(config, S, 0)  # FLOPs per token at W = 0
+        self.per_key = engine_flops_per_token(config, S, 1) - self.base  # + this per window key
+
+    def __call__(self, tokens: torch.Tensor, previous: torch.Tensor, slots: torch.Tensor, head: torch.Tensor,
+                 fill: torch.Tensor, chunk_len: torch.Tensor, ring_len: int, fill_all: bool = False) -> Any:  # fmt: skip
+        B, T = tokens.shape
+        L = self.engine.window
+        window = torch.clamp(fill[:, None] + torch.arange(T)[None] + 1, max=L)  # [B, T]: each token's W
+        real = torch.arange(T)[None] < chunk_len[:, None]  # [B, T]
+        self.flops += float(real.sum()) * self.base + float(window[real].sum()) * self.per_key
+        self.bytes += engine_bytes_per_step(
+            self.engine.model.config, B, ring_len, self.engine.ring_k.element_size()
+        )
+        return self.step(tokens, previous, slots, head, fill, chunk_len, ring_len, fill_all)
+
+
+def run_lever(
+    engine: StreamingEngine, prefill: Batch, batches: list[Batch], reference: bool
+) -> tuple[float, dict[str, list[np.ndarray]], Counted]:
+    """(seconds to score `batches` after a reset and an untimed prefill, NLLs, counts).
+
+    The prefill always takes the default attention (the reference's rings differ by rounding
+    only, and it is 3-6x slower); `reference` switches the timed part to the torch reference.
+    """
+    for stream in list(engine.streams):
+        engine.drop(stream)
+    os.environ[FORCE_REFERENCE_ENV] = "0"
+    engine.score(prefill)
+    os.environ[FORCE_REFERENCE_ENV] = "1" if reference else "0"
+    counted = engine.device_step = Counted(engine)  # type: ignore[method-assign]
+    nll: dict[str, list[np.ndarray]] = defaultdict(list)
+    started = time.perf_counter()
+    for batch in batches:
+        for stream, lines in engine.score(batch).items():
+            nll[stream] += lines
+    seconds = time.perf_counter() - started
+    engine.device_step = counted.step  # type: ignore[method-assign]
+    return seconds, nll, counted
+
+
+def drift(got: dict[str, list[np.ndarray]], want: dict[str, list[np.ndarray]]) -> tuple[float, float]:
+    """(max |token NLL difference|, max |line mean NLL difference|), nats."""
+    token = line = 0.0
+    for stream, lines in want.items():
+        for a, b in zip(got[stream], lines, strict=True):
+            token = max(token, float(np.abs(a - b).max(initial=0.0)))
+            line = max(line, abs(float(a.mean() - b.mean())) if len(a) else 0.0)
+    return token, line
+
+
+def by_stream(records: list[LogRecord], ids: list[list[int]]) -> list[Batch]:
+    """Batches of BATCH_LINES records, grouped by stream in order (as Detector.score does)."""
+    batches = []
+    for start in range(0, len(records), BATCH_LINES):
+        batch: Batch = defaultdict(list)
+        for record, line in zip(
+            records[start : start + BATCH_LINES], ids[start : start + BATCH_LINES], strict=True
+        ):
+            batch[record.stream].append(line)
+        batches.append(dict(batch))
+    return batches
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--lines", type=int, default=4000)
+    parser.add_argument("--lines", type=int, default=1000, help="timed lines, after the rings are full")
     parser.add_argument("--hosts", type=int, default=16)
     parser.add_argument("--window", type=int, default=2048)
     parser.add_argument("--preset", default="small")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, of {list(LEVERS)}")
+    parser.add_argument("--roofline-seconds", type=float, default=1.0)
     args = parser.parse_args()
     key = re.compile(STREAM_KEY)
+    load_before = os.getloadavg()[0]
+    roof: Roofline = measure(args.roofline_seconds)
+    default_threads = torch.get_num_threads()
 
     baseline = generate_lines(2000, seed=1, web_hosts=args.hosts)
     trained = train(
         streams_from_lines(baseline.lines, key),
         TrainConfig(preset=args.preset, window=args.window, fit_window=False, max_steps=20, batch_size=4),
     )
-    detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu", max_streams=64)
-    log = generate_lines(args.lines, seed=2, web_hosts=args.hosts)
+    meta, tokenizer = trained.meta, trained.tokenizer
+    detector = Detector(trained.model, tokenizer, meta, device="cpu", max_streams=64)
+    sink_ids = prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"])
+    # enough earlier lines that every stream's ring is full, then the timed lines
+    per_stream_lines = -(-args.window // 15)
+    log = generate_lines(args.lines + per_stream_lines * (args.hosts + 8), seed=2, web_hosts=args.hosts)
     records = [LogRecord(line=line, stream=key.search(line).group(1)) for line in log.lines]
-    tokens = sum(
-        len(ids)
-        for ids in detector.tokenizer.encode_lines([detector.normalizer.mask(r.line) for r in records])
-    )
+    ids = tokenizer.encode_lines([detector.normalizer.mask(r.line) for r in records])
+    split = len(records) - args.lines
+    prefill: Batch = defaultdict(list)
+    for record, line in zip(records[:split], ids[:split], strict=True):
+        prefill[record.stream].append(line)
+    prefill = {s: lines[-per_stream_lines:] for s, lines in prefill.items()}  # >= L tokens each
+    batches = by_stream(records[split:], ids[split:])
+    tokens = sum(map(len, ids[split:]))
 
+    names = args.levers.split(",")
+    engines: dict[str, StreamingEngine] = {}
+    compile_seconds: dict[str, float] = {}  # the untimed first run of a compiled lever
+    best: dict[str, float] = {}
+    results: dict[str, tuple[dict[str, list[np.ndarray]], Counted]] = {}
+    for _ in range(args.reps):
+        for name in names:
+            lever = LEVERS[name]
+            torch.set_num_threads(lever.threads or default_threads)
+            if name not in engines:
+                engine = StreamingEngine(
+                    copy.deepcopy(trained.model), sink_ids, window=args.window, max_streams=64,
+                    chunk_tokens=lever.chunk_tokens, device="cpu", dtype=lever.dtype, int8_ring=lever.int8_ring,
+                )  # fmt: skip
+                if lever.compile:
+                    engine.device_step = torch.compile(engine.device_step, dynamic=False)  # type: ignore[method-assign]
+                    started = time.perf_counter()
+                    run_lever(engine, prefill, batches, lever.reference)  # compiles every step shape
+                    compile_seconds[name] = round(time.perf_counter() - started, 1)
+                engines[name] = engine
+            seconds, nll, counted = run_lever(engines[name], prefill, batches, lever.reference)
+            best[name] = min(best.get(name, seconds), seconds)
+            results[name] = nll, counted
+    os.environ.pop(FORCE_REFERENCE_ENV, None)
+    torch.set_num_threads(default_threads)
+
+    rows = []
+    want = results[names[0]][0]
+    for name in names:
+        nll, counted = results[name]
+        seconds = best[name]
+        token_drift, line_drift = drift(nll, want)
+        shares = roof.fraction(counted.flops / seconds, counted.bytes / seconds, LEVERS[name].dtype)
+        rows.append({
+            "lever": name,
+            "lines_per_second": round(args.lines / seconds, 1),
+            "tokens_per_second": round(tokens / seconds, 1),
+            "gflops": round(counted.flops / seconds / 1e9, 2),
+            "flops_share": round(shares["flops_share"], 3),
+            "gbytes_per_second": round(counted.bytes / seconds / 1e9, 2),
+            "bytes_share": round(shares["bytes_share"], 3),
+            "max_token_drift": float(f"{token_drift:.2e}"),
+            "max_line_drift": float(f"{line_drift:.2e}"),
+            "warmup_seconds": compile_seconds.get(name, 0.0),  # compiling, with one untimed run
+        })  # fmt: skip
+
+    # The default Detector end to end on the same lines: its engine's share of the time.
     engine_seconds = 0.0
     engine_score = detector.engine.score
 
-    def timed_engine_score(batch: dict) -> dict:
+    def timed_engine_score(batch: Batch) -> dict[str, list[np.ndarray]]:
         nonlocal engine_seconds
         started = time.perf_counter()
         try:
@@ -60,24 +234,44 @@ def main() -> None:
         finally:
             engine_seconds += time.perf_counter() - started
 
+    for stream, lines in prefill.items():  # the same full rings
+        detector.engine.score({stream: lines})
     detector.engine.score = timed_engine_score  # type: ignore[method-assign]
-    detector.score(records[:64])  # warm-up
-    engine_seconds = 0.0
     started = time.perf_counter()
-    for start in range(0, len(records), BATCH_LINES):
+    for start in range(split, len(records), BATCH_LINES):
         detector.score(records[start : start + BATCH_LINES])
     seconds = time.perf_counter() - started
+
+    print(
+        f"{'lever':<20} {'lines/s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'%flops':>7} {'GB/s':>6} {'%bw':>6} {'drift':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['lever']:<20} {r['lines_per_second']:>9} {r['tokens_per_second']:>9} {r['gflops']:>8} "
+            f"{r['flops_share']:>7.1%} {r['gbytes_per_second']:>6} {r['bytes_share']:>6.1%} {r['max_token_drift']:>9}"
+        )
     result = {
         "preset": args.preset,
         "window": args.window,
-        "streams": len({r.stream for r in records}),
-        "lines": len(records),
+        "sinks": len(sink_ids),
+        "streams": len({r.stream for r in records[split:]}),
+        "lines": args.lines,
         "tokens": tokens,
-        "lines_per_second": round(len(records) / seconds, 1),
-        "tokens_per_second": round(tokens / seconds, 1),
-        "engine_share": round(engine_seconds / seconds, 3),
+        "tokens_per_line": round(tokens / args.lines, 1),
+        "flops_per_token_full_ring": engine_flops_per_token(trained.model.config, len(sink_ids), args.window),
+        "roofline": {
+            "fp32_gflops": round(roof.fp32_flops / 1e9, 1),
+            "bf16_gflops": round(roof.bf16_flops / 1e9, 1),
+            "gbytes_per_second": round(roof.bytes_per_second / 1e9, 1),
+        },
+        "levers": rows,
+        "detector": {
+            "lines_per_second": round(args.lines / seconds, 1),
+            "engine_share": round(engine_seconds / seconds, 3),
+        },
         "cache_bytes_per_stream": detector.engine.bytes_per_stream,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": default_threads,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     print(json.dumps(result))
 

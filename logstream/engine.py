@@ -50,6 +50,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(x.dtype)
 
 
+def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., D] -> (int8 [..., D], fp32 scale [..., 1]) with x ~ int8 x scale, scale = max|x| / 127."""
+    scale = x.float().abs().amax(-1, keepdim=True).clamp_min(1e-8) / 127.0
+    return torch.round(x.float() / scale).to(torch.int8), scale
+
+
 class StreamingEngine:
     """Batched per-stream scoring with a constant-size cache per stream.
 
@@ -68,6 +74,7 @@ class StreamingEngine:
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
         offload: bool = False,
+        int8_ring: bool = False,
     ) -> None:
         config = model.config
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -91,22 +98,34 @@ class StreamingEngine:
         )
 
         shape = (len(self.layers), max_streams, self.n_kv_heads, window, self.head_dim)
-        self.ring_k = torch.zeros(shape, device=self.device, dtype=dtype)  # [layers, N, Hkv, L, D]
-        self.ring_v = torch.zeros(shape, device=self.device, dtype=dtype)
+        # int8_ring: K/V quantized per (token, kv head), x = int8 x scale, scale = max|x| / 127
+        # (the CPU path dequantizes the batch's rings each step; the Triton kernels read fp16/bf16/fp32)
+        if int8_ring and self.device.type == "cuda":
+            raise ValueError("int8_ring: the Triton kernels do not read int8 yet; use it on CPU")
+        ring_dtype = torch.int8 if int8_ring else dtype
+        self.ring_k = torch.zeros(shape, device=self.device, dtype=ring_dtype)  # [layers, N, Hkv, L, D]
+        self.ring_v = torch.zeros(shape, device=self.device, dtype=ring_dtype)
+        scale_shape = (*shape[:-1], 1)  # [layers, N, Hkv, L, 1]
+        self.ring_scales = (
+            (torch.ones(scale_shape, device=self.device), torch.ones(scale_shape, device=self.device))
+            if int8_ring
+            else None
+        )
         self.sink_k, self.sink_v, self.initial_logprobs = self._prefill_sinks(sink_ids)
         self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
         self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
         # offload: evicted streams' rings on the host, [layers, Hkv, L, D] each for K and V
         self.offload = offload
-        self.offloaded: OrderedDict[str, tuple[StreamState, torch.Tensor, torch.Tensor]] = OrderedDict()
+        self.offloaded: OrderedDict[str, tuple[StreamState, list[torch.Tensor]]] = OrderedDict()
         self.free_slots = list(range(max_streams - 1, -1, -1))
 
     # -- memory -----------------------------------------------------------------------------
 
     @property
     def bytes_per_stream(self) -> int:
-        """layers x 2 x L x kv_heads x head_dim x dtype size."""
-        return 2 * self.ring_k[:, 0].numel() * self.ring_k.element_size()
+        """layers x 2 x L x kv_heads x head_dim x dtype size (+ layers x 2 x L x kv_heads x 4 for int8 scales)."""
+        scales = 0 if self.ring_scales is None else 2 * self.ring_scales[0][:, 0].numel() * 4
+        return 2 * self.ring_k[:, 0].numel() * self.ring_k.element_size() + scales
 
     @property
     def cache_bytes(self) -> int:
@@ -205,10 +224,22 @@ class StreamingEngine:
             q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
             ring_k, ring_v = self.ring_k[i], self.ring_v[i]  # [N, Hkv, L, D]
             sinks = (self.sink_k[i], self.sink_v[i])  # [Hkv, S, D]
+            if self.ring_scales is None:
+                rings, at = (ring_k, ring_v), slots
+            else:  # the batch's rings, dequantized: [B, Hkv, L, D] each, read at slots 0..B-1
+                ks, vs = self.ring_scales[0][i], self.ring_scales[1][i]  # [N, Hkv, L, 1]
+                rings = ((ring_k[slots] * ks[slots]).to(q.dtype), (ring_v[slots] * vs[slots]).to(q.dtype))
+                at = torch.arange(B, device=slots.device)
             out, _ = sink_ring_attention(
-                q, k, v, *sinks, ring_k, ring_v, slots, head, fill, self.cos, self.sin, ring_len, bias
+                q, k, v, *sinks, *rings, at, head, fill, self.cos, self.sin, ring_len, bias
             )  # [B, H, T, D]
-            ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
+            if self.ring_scales is None:
+                ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
+            else:
+                k8, k_scale = quantize_int8(k)  # [B, Hkv, T, D] int8, [B, Hkv, T, 1] fp32
+                v8, v_scale = quantize_int8(v)
+                ring_write(ring_k, ring_v, slots, head, k8, v8, chunk_len)
+                ring_write(ks, vs, slots, head, k_scale, v_scale, chunk_len)
             x = self._finish_layer(layer, x, out)
         h = rms_norm(x, self.decoder.norm.weight, self.eps)
         logits = self.model.lm_head(h).float()  # [B, T, V]
@@ -256,10 +287,10 @@ class StreamingEngine:
             self._evict_lru(keep)
         slot = self.free_slots.pop()
         if stream in self.offloaded:  # page its ring back in: exact, no tokens to replay
-            state, host_k, host_v = self.offloaded.pop(stream)
+            state, saved = self.offloaded.pop(stream)
             state.slot = slot
-            self.ring_k[:, slot].copy_(host_k, non_blocking=True)  # [layers, Hkv, L, D]
-            self.ring_v[:, slot].copy_(host_v, non_blocking=True)
+            for pool, host in zip(self._pools(), saved, strict=True):
+                pool[:, slot].copy_(host, non_blocking=True)  # [layers, Hkv, L, D]
             self.streams[stream] = state
             return state, []
         state = StreamState(slot=slot, last_logprobs=self.initial_logprobs, recent=deque(maxlen=self.window))
@@ -272,17 +303,17 @@ class StreamingEngine:
         state = self.streams.pop(victim)
         self.free_slots.append(state.slot)
         if self.offload:
-            host_k, host_v = (
-                self._to_host(self.ring_k[:, state.slot]),
-                self._to_host(self.ring_v[:, state.slot]),
-            )
-            self.offloaded[victim] = (state, host_k, host_v)
+            self.offloaded[victim] = (state, [self._to_host(t[:, state.slot]) for t in self._pools()])
             if len(self.offloaded) <= 16 * self.max_streams:
                 return
-            victim, (state, _, _) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens
+            victim, (state, _) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens
         self.evicted[victim] = state.recent
         while len(self.evicted) > 16 * self.max_streams:  # bounded: forget the oldest
             self.evicted.popitem(last=False)
+
+    def _pools(self) -> list[torch.Tensor]:
+        """Every per-slot cache tensor, [layers, N, ...]: K, V (and their int8 scales)."""
+        return [self.ring_k, self.ring_v, *(self.ring_scales or ())]
 
     def _to_host(self, x: torch.Tensor) -> torch.Tensor:
         """A host copy of x (pinned when x is on a GPU, so the copies run async both ways)."""

@@ -233,3 +233,44 @@ def test_offloaded_ring_pages_back_exactly_after_wrap() -> None:
     assert "a" in offload.streams and "b" in offload.offloaded
     rebuilt = rebuild.score({"a": probe})["a"]
     assert not all(np.allclose(g, w, atol=1e-6) for g, w in zip(rebuilt, want, strict=True))
+
+
+def test_int8_ring_within_stated_tolerance_and_offloads_exactly() -> None:
+    """int8 ring (per token and kv head scales, opt-in): token NLLs within 0.02 nats + 2% of the
+    fp32 ring's after wrap-around, at a quarter of the ring bytes (plus one fp32 scale per D);
+    offloaded and paged back with its scales, it scores exactly as if it never left."""
+    model = tiny_llama(2, seed=4)
+    fp32 = _wrapped_engine(model=copy.deepcopy(model))
+    int8 = StreamingEngine(
+        model, [1, 7, 11], window=13, max_streams=4, chunk_tokens=5, device="cpu", int8_ring=True
+    )
+    gen = torch.Generator().manual_seed(6)
+    int8.score(
+        {f"s{i}": [torch.randint(3, VOCAB, (n,), generator=gen).tolist()] for i, n in enumerate([30, 4, 17])}
+    )
+    assert int8.bytes_per_stream == fp32.bytes_per_stream // 4 + 2 * 2 * 13 * 2 * 4  # D = 8: scales add 1/8
+    batch = {"s0": [[5, 6, 7, 8, 9]], "s1": [[10, 11]], "s2": [[12, 13, 14]]}
+    want, got = fp32.score(batch), int8.score(batch)
+    for s in batch:
+        torch.testing.assert_close(
+            torch.from_numpy(got[s][0]), torch.from_numpy(want[s][0]), atol=0.02, rtol=0.02
+        )
+    tight = StreamingEngine(
+        model,
+        [1, 7, 11],
+        window=13,
+        max_streams=1,
+        chunk_tokens=5,
+        device="cpu",
+        int8_ring=True,
+        offload=True,
+    )
+    roomy = StreamingEngine(
+        model, [1, 7, 11], window=13, max_streams=2, chunk_tokens=5, device="cpu", int8_ring=True
+    )
+    for engine in (tight, roomy):
+        engine.score({"a": [list(range(3, 33))]})
+        engine.score({"b": [[4, 5, 6]]})
+    probe = {"a": [[7, 8, 9]]}
+    got, want = tight.score(probe)["a"], roomy.score(probe)["a"]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
