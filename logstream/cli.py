@@ -410,12 +410,14 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
 
     lines = report.unit == "line"
     units = sorted(report.units, key=lambda u: u.line) if lines else report.units
+    models = {k: (c.model_id, c.model_version) for k, c in enumerate(report.chunks)}
     flagged = {
         i: Anomaly(
             stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
             severity=severity(u.score, u.threshold, u.level), level=u.level, template=u.template,
             top_tokens=u.top_tokens, source="replay", offset=u.index,
             location=f"line {u.line}" if u.line else "",
+            model_id=models.get(u.chunk, ("", ""))[0], model_version=models.get(u.chunk, ("", ""))[1],
         )
         for i, u in enumerate(units) if u.is_anomaly
     }  # fmt: skip

@@ -100,6 +100,8 @@ class ChunkModel:
     window: int
     threshold: float  # -log10 p: the same for every chunk
     raw_threshold: float  # the raw score (nats) that this chunk's threshold corresponds to
+    model_id: str = ""  # as alerts carry it: the model dir's name (or auto-train) @ data hash
+    model_version: str = ""  # when the model was trained
 
     def to_json(self) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -302,8 +304,9 @@ def _train_part(
         streams, options.train_config, start_from=start_from,
         progress=lambda step, steps, loss: progress.advance(1, f"step {step}/{steps} loss {loss:.3f}"),
     )  # fmt: skip
+    model_id = f"replay-auto-train@{trained.meta.get('data_sha256', '')[:12]}"
     detector = Detector(
-        trained.model, trained.tokenizer, trained.meta, model_id="replay-auto-train", **_sensitivity(options)
+        trained.model, trained.tokenizer, trained.meta, model_id=model_id, **_sensitivity(options)
     )
     return trained, detector
 
@@ -387,6 +390,7 @@ def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
         train_steps=detector.meta.get("train_steps", 0), window=detector.engine.window,
         threshold=detector.threshold,
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
+        model_id=detector.model_id, model_version=str(detector.meta.get("created_at", "")),
     )  # fmt: skip
 
 
