@@ -2,8 +2,10 @@
 
 Lines are read as bytes and judged by the RecordParser like Kafka messages, so
 a bad line is counted and skipped, never fatal. A record's `source` is the
-path and its `offset` the 0-based line number. Memory per line is bounded: a
-line longer than `max_message_bytes` is read on to its end but only its first
+path and its `offset` the 0-based line number in the file now at that path
+(following, it restarts at 0 after a rotation or truncation, so `path:line`
+points at the line). Memory per line is bounded: a line longer than
+`max_message_bytes` is read on to its end but only its first
 `max_message_bytes + 1` bytes are kept, enough for the parser to reject it as
 oversized (a multi-gigabyte line without a newline must not be buffered).
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,10 +32,21 @@ def bounded_lines(handle: BinaryIO, limit: int) -> Iterator[bytes]:
 
 
 def parse_lines(
-    raw_lines: Iterator[bytes], source: str, parser: RecordParser, rejects: RejectLog, kind: str = "file"
+    raw_lines: Iterable[bytes], source: str, parser: RecordParser, rejects: RejectLog, kind: str = "file"
 ) -> Iterator[LogRecord]:
     """Parse raw lines (with or without their newline); count and skip the bad ones."""
-    for number, raw in enumerate(raw_lines):
+    return parse_numbered(enumerate(raw_lines), source, parser, rejects, kind)
+
+
+def parse_numbered(
+    numbered: Iterable[tuple[int, bytes]],
+    source: str,
+    parser: RecordParser,
+    rejects: RejectLog,
+    kind: str = "file",
+) -> Iterator[LogRecord]:
+    """`parse_lines` over (0-based line number in its file, raw line) pairs."""
+    for number, raw in numbered:
         parsed = parser.parse(raw.rstrip(b"\r\n"), source=source, offset=number, source_kind=kind)
         if isinstance(parsed, Rejected):
             rejects.add(parsed, source=source, offset=number)
@@ -63,12 +76,16 @@ def read_file(
             yield from parse_lines(bounded_lines(handle, limit), str(path), parser, rejects)
         return
     stop = stop or threading.Event()
-    yield from parse_lines(_follow(path, poll_seconds, stop, limit), str(path), parser, rejects)
+    yield from parse_numbered(_follow(path, poll_seconds, stop, limit), str(path), parser, rejects)
 
 
-def _follow(path: Path, poll_seconds: float, stop: threading.Event, limit: int) -> Iterator[bytes]:
+def _follow(
+    path: Path, poll_seconds: float, stop: threading.Event, limit: int
+) -> Iterator[tuple[int, bytes]]:
+    """(line number in the file now open, complete line); numbering restarts with each new file."""
     handle: BinaryIO = path.open("rb")
     pending = b""
+    number = 0
     try:
         while not stop.is_set():
             chunk = handle.readline(limit + 1)
@@ -76,12 +93,12 @@ def _follow(path: Path, poll_seconds: float, stop: threading.Event, limit: int) 
                 if len(pending) <= limit:  # past that the line is oversized: only its end matters
                     pending += chunk
                 if chunk.endswith(b"\n"):
-                    yield pending
-                    pending = b""
+                    yield number, pending
+                    pending, number = b"", number + 1
                 continue
             if _replaced(path, handle):
                 handle.close()
-                handle, pending = path.open("rb"), b""
+                handle, pending, number = path.open("rb"), b"", 0
                 continue
             stop.wait(poll_seconds)
     finally:

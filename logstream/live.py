@@ -1,0 +1,255 @@
+"""`logstream tail FILE... | -`: serve's pipeline without Kafka, on files or stdin.
+
+Each input has a reader thread (`consumers.file.read_file`, following the
+file through rotation and truncation, or `consumers.stdin.read_stdin`). All
+of them go through one `RecordParser`, so bad lines are counted and skipped
+exactly as serve counts Kafka messages. Records get their event time from
+the start of their line (`event_time`), then queue up for the main thread,
+which scores what has arrived as one batch, prints each anomaly (a line for
+a person, or `--json` lines) and hands them to the alert sink.
+
+Stopping: SIGINT/SIGTERM stop the readers; what was already read is scored,
+then the alert sink is closed as serve closes it (groups in `group_wait` are
+notified, delivery gets its grace period, the rest stays durable in the
+outbox). Without SIGINT the run ends when every reader has ended: at EOF for
+stdin and, with `once`, for files (a followed file never ends on its own).
+The queue is bounded, so a fast writer waits for the model (backpressure);
+a file offset is not saved, so a restarted tail reads its files again.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+import structlog
+
+from logstream.alerts.alert import rfc3339
+from logstream.alerts.context import LineContext
+from logstream.alerts.sink import AnomalySink
+from logstream.consumers.file import read_file
+from logstream.consumers.parse import RecordParser, RejectLog
+from logstream.consumers.stdin import read_stdin
+from logstream.detector import Detector, ScoredLine
+from logstream.event_time import with_event_time
+from logstream.records import Anomaly, LogRecord
+from logstream.settings import InputSettings
+
+log = structlog.get_logger(__name__)
+
+STDIN = "-"
+QUEUE_RECORDS = 4096  # records read but not yet scored (readers wait beyond it)
+MAX_BATCH = 256  # records scored together at most (serve's kafka.max_poll_records default)
+POLL_SECONDS = 0.2  # how often a waiting loop looks at the stop flag
+
+
+@dataclass(frozen=True)
+class TailOptions:
+    """What `logstream tail` reads and how. `inputs`: paths, or `-` for stdin (at most once)."""
+
+    inputs: Sequence[str]
+    stream_regex: str | None = None  # None: every line in the "default" stream
+    once: bool = False  # files: read to their end and stop instead of following
+    json_output: bool = False
+    poll_seconds: float = 0.25  # a followed file's check for new lines / rotation
+    max_message_bytes: int = field(default=InputSettings().max_message_bytes)
+
+
+@dataclass
+class TailStats:
+    lines: int = 0
+    anomalies: int = 0
+    rejects: RejectLog = field(default_factory=RejectLog)
+
+    def summary(self) -> str:
+        """One line for stderr at the end: lines scored, anomalies, bad lines by kind."""
+        bad = {kind: n for kind, n in self.rejects.counts.items() if n}
+        skipped = ", ".join(f"{kind}={n}" for kind, n in bad.items()) or "none"
+        return f"tail: {self.lines} lines scored, {self.anomalies} anomalies, bad lines skipped: {skipped}"
+
+
+class _End:
+    """Queued by a reader when its input has ended (or failed)."""
+
+
+def anomalies_of(detector: Detector, context: LineContext, scored: Sequence[ScoredLine]) -> list[Anomaly]:
+    """The batch's anomalies, lines first (with the stream's lines around them), then stream ends.
+
+    The same steps as serve's `Service._put`, which could call this instead."""
+    lines = [s for s in scored if s.kind == "line"]
+    flagged = {i: a for i, s in enumerate(lines) if (a := detector.anomaly(s)) is not None}
+    anomalies = context.attach([(s.record.stream, s.record.line) for s in lines], flagged)
+    return anomalies + [a for s in scored if s.kind != "line" and (a := detector.anomaly(s)) is not None]
+
+
+def format_anomaly(anomaly: Anomaly) -> str:
+    """One line for a person: when (the log's time if it has one), severity, score, where, the line."""
+    when = rfc3339(anomaly.event_time if anomaly.event_time is not None else anomaly.detected_at)
+    where = anomaly.location or anomaly.source
+    return (
+        f"{when} {anomaly.severity:<8} score {anomaly.score:.2f} > {anomaly.threshold:.2f} "
+        f"{anomaly.stream} {where}: {anomaly.line}"
+    )
+
+
+def anomaly_json(anomaly: Anomaly) -> str:
+    """One JSON line per anomaly: every field of `Anomaly` (as serve's `JsonlSink` writes it)."""
+    return json.dumps(asdict(anomaly))
+
+
+def parser_for(options: TailOptions) -> RecordParser:
+    """Plain lines; the stream is the regex's first group (or match), else `default`."""
+    key = "regex" if options.stream_regex else "none"
+    settings = InputSettings(
+        format="plain", stream_key=key, stream_regex=options.stream_regex,
+        max_message_bytes=options.max_message_bytes,
+    )  # fmt: skip
+    return RecordParser(settings)
+
+
+def run_tail(
+    options: TailOptions,
+    detector: Detector,
+    out: TextIO,
+    sink: AnomalySink | None = None,
+    stop: threading.Event | None = None,
+) -> TailStats:
+    """Score the inputs until they end or `stop` is set (SIGINT/SIGTERM set it when this runs
+    in the main thread); print anomalies to `out`, hand them to `sink`, then close the sink."""
+    stop = stop or threading.Event()
+    stats = TailStats()
+    parser = parser_for(options)
+    records: queue.Queue[LogRecord | _End] = queue.Queue(QUEUE_RECORDS)
+    readers = [
+        threading.Thread(
+            target=_read, args=(_source(name, options, parser, stats.rejects, stop), records, stop),
+            name=f"logstream-tail-{name}", daemon=True,  # stdin blocks in read(): never joined
+        )
+        for name in options.inputs
+    ]  # fmt: skip
+    restore = _on_signals(stop)
+    context = LineContext()
+    try:
+        for reader in readers:
+            reader.start()
+        running = len(readers)
+        while running and not stop.is_set():
+            batch, ended = _next_batch(records, stop)
+            running -= ended
+            _score(batch, detector, context, out, sink, stats, options.json_output)
+        stop.set()  # readers still following a file end now
+        for _ in range(QUEUE_RECORDS // MAX_BATCH + 1):  # read before the stop: scored, not dropped
+            leftover, _ = _next_batch(records, None)
+            if not leftover:
+                break
+            _score(leftover, detector, context, out, sink, stats, options.json_output)
+    finally:
+        restore()
+        if sink is not None:
+            sink.close()  # as serve: notify groups in group_wait, deliver within the grace
+    log.info("tail stopped", lines=stats.lines, anomalies=stats.anomalies)
+    return stats
+
+
+def _source(
+    name: str, options: TailOptions, parser: RecordParser, rejects: RejectLog, stop: threading.Event
+) -> Iterator[LogRecord]:
+    if name == STDIN:
+        return read_stdin(parser, rejects)
+    return read_file(
+        Path(name), parser, rejects, follow=not options.once, poll_seconds=options.poll_seconds, stop=stop
+    )
+
+
+def _read(source: Iterator[LogRecord], records: queue.Queue[LogRecord | _End], stop: threading.Event) -> None:
+    """Reader thread: queue the source's records (waiting while the queue is full), then `_End`."""
+    try:
+        for record in with_event_time(source):
+            while not _put(records, record, stop):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
+    except OSError as exc:  # a file that vanished or cannot be read: this input ends, others go on
+        log.error("input failed", error=str(exc))
+    finally:
+        _put(records, _End(), None)
+
+
+def _put(
+    records: queue.Queue[LogRecord | _End], item: LogRecord | _End, stop: threading.Event | None
+) -> bool:
+    try:
+        records.put(item, timeout=POLL_SECONDS if stop is not None else None)
+    except queue.Full:
+        return False
+    return True
+
+
+def _next_batch(
+    records: queue.Queue[LogRecord | _End], stop: threading.Event | None
+) -> tuple[list[LogRecord], int]:
+    """What has arrived (at most MAX_BATCH records), waiting up to POLL_SECONDS for the first when
+    `stop` is given; and how many readers ended meanwhile."""
+    batch: list[LogRecord] = []
+    ended = 0
+    wait = stop is not None
+    while len(batch) < MAX_BATCH:
+        try:
+            item = (
+                records.get(timeout=POLL_SECONDS)
+                if wait and not batch and not ended
+                else records.get_nowait()
+            )
+        except queue.Empty:
+            break
+        if isinstance(item, _End):
+            ended += 1
+        else:
+            batch.append(item)
+    return batch, ended
+
+
+def _score(
+    batch: list[LogRecord],
+    detector: Detector,
+    context: LineContext,
+    out: TextIO,
+    sink: AnomalySink | None,
+    stats: TailStats,
+    json_output: bool,
+) -> None:
+    if not batch:
+        return
+    anomalies = anomalies_of(detector, context, detector.score(batch))
+    stats.lines += len(batch)
+    stats.anomalies += len(anomalies)
+    if sink is not None:
+        sink.put(anomalies)
+    for anomaly in anomalies:
+        out.write((anomaly_json(anomaly) if json_output else format_anomaly(anomaly)) + "\n")
+    out.flush()
+
+
+def _on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGINT and SIGTERM set `stop` (main thread only); returns what restores the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for signum, previous in old.items():
+            signal.signal(signum, previous)
+
+    return restore
