@@ -467,6 +467,60 @@ def serve_command(
     raise typer.Exit(serve_main(config, check=check))
 
 
+@app.command("tail")
+def tail_command(
+    inputs: Annotated[
+        list[str], typer.Argument(help="Log files to follow (through rotation), or - for stdin.")
+    ],
+    model: Annotated[Path, typer.Option(help="Model directory (logstream train).")],
+    stream_key: Annotated[
+        str | None,
+        typer.Option(
+            help=r"Regex whose first group (or match) names a line's stream, e.g. 'blk_-?\d+'. "
+            "Default: the model's saved stream key, else one 'default' stream."
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print each anomaly as a JSON line (every field).")
+    ] = False,
+    alerts: Annotated[
+        Path | None,
+        typer.Option(help="Alert routes file: route anomalies as serve does (durable outbox)."),
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Read the files to their end and exit instead of following.")
+    ] = False,
+    false_alarm_rate: RateOpt = None,
+    threshold: ThresholdOpt = None,
+) -> None:
+    """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies."""
+    import structlog
+
+    from logstream.alerts.config import AlertConfigError
+    from logstream.alerts.outbox import OutboxError
+    from logstream.alerts.pipeline import open_alert_sink
+    from logstream.detector import Detector
+    from logstream.inputs import compile_stream_key
+    from logstream.live import STDIN, TailOptions, run_tail
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))  # stdout: anomalies
+    if inputs.count(STDIN) > 1:
+        raise fail("tail: - (stdin) can be given once")
+    for name in inputs:
+        if name != STDIN and not Path(name).is_file():
+            raise fail(f"tail: {name} is not a file")
+    detector = Detector.load(model, false_alarm_rate=false_alarm_rate, threshold=threshold)
+    key = stream_key or detector.meta.get("stream_key")
+    compile_stream_key(key)  # InputError naming --stream-key if RE2 cannot run it
+    try:
+        sink = open_alert_sink(alerts) if alerts is not None else None
+    except (AlertConfigError, OutboxError) as exc:
+        raise fail(str(exc)) from None
+    options = TailOptions(inputs=inputs, stream_regex=key, once=once, json_output=json_output)
+    stats = run_tail(options, detector, sys.stdout, sink)
+    err.print(stats.summary(), highlight=False, markup=False)
+
+
 @app.command("demo")
 def demo_command(
     out: Annotated[Path, typer.Option(help="Folder for the sample logs, the model and the scores.")] = Path(
