@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from kafka_broker import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / ".cache" / "alertmanager" / "bin" / "alertmanager"
@@ -37,12 +38,6 @@ receivers:
 
 class AlertmanagerError(RuntimeError):
     """Alertmanager did not start or stop within its bounded wait."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class AlertmanagerServer:
