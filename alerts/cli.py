@@ -8,6 +8,9 @@
 Silences live in the routes file's outbox database (see logstream.alerts.silences), so
 run these where the outbox is (in a pod: `kubectl exec`). Loading the routes file here
 never resolves its secrets: nothing is sent. Errors are one line, exit status 2.
+
+The routes, outbox and silences modules (pydantic, sqlite) load inside the commands, so
+that `logstream --help`, which registers this app, stays fast.
 """
 
 from __future__ import annotations
@@ -18,21 +21,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
-import structlog
 import typer
 
-from logstream.alerts.config import (
-    AlertConfigError,
-    AlertsConfig,
-    Silence,
-    load_config,
-    parse_duration,
-    rfc3339,
-)
-from logstream.alerts.outbox import Outbox, OutboxError
-from logstream.alerts.silences import make_silence, parse_matcher_args
+if TYPE_CHECKING:
+    from logstream.alerts.config import AlertsConfig, Silence
+    from logstream.alerts.outbox import Outbox
 
 T = TypeVar("T")
 
@@ -44,6 +39,8 @@ app.add_typer(silence_app, name="silence")
 @app.callback()
 def _logs_to_stderr() -> None:
     """Log lines (e.g. a silences file imported) go to stderr: stdout is the command's output."""
+    import structlog
+
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
 
 
@@ -54,6 +51,9 @@ RoutesOpt = Annotated[
 
 def _one_line_errors(work: Callable[[], T]) -> T:
     """Run `work`; a config or outbox problem is `error: ...` on stderr and exit 2."""
+    from logstream.alerts.config import AlertConfigError
+    from logstream.alerts.outbox import OutboxError
+
     try:
         return work()
     except (AlertConfigError, OutboxError) as exc:
@@ -63,6 +63,9 @@ def _one_line_errors(work: Callable[[], T]) -> T:
 
 @contextmanager
 def _outbox(routes: Path) -> Iterator[tuple[AlertsConfig, Outbox]]:
+    from logstream.alerts.config import load_config
+    from logstream.alerts.outbox import Outbox
+
     config = load_config(routes, secrets=False)
     outbox = Outbox(config.delivery.outbox, config)
     try:
@@ -75,6 +78,8 @@ def add_silence(
     routes: Path | str, matchers: Sequence[str], duration: float, *, comment: str = "", by: str = ""
 ) -> Silence:
     """Store a silence starting now in the routes file's outbox; returns it (with its id)."""
+    from logstream.alerts.silences import make_silence, parse_matcher_args
+
     parse_matcher_args(matchers)
     with _outbox(Path(routes)) as (config, outbox):
         now = time.time()
@@ -99,6 +104,8 @@ def expire_silence(routes: Path | str, silence_id: str) -> bool:
 
 def describe_silence(silence: Silence, now: float) -> str:
     """One line: id, state, window, matchers, who and why."""
+    from logstream.alerts.config import rfc3339
+
     state = "expired" if silence.expires_at <= now else "pending" if silence.starts_at > now else "active"
     matchers = ", ".join(str(m) for m in silence.matchers)
     who = f" by {silence.created_by}" if silence.created_by else ""
@@ -115,6 +122,8 @@ def check_command(
     ] = False,
 ) -> None:
     """Validate a routes file and list every problem; secrets are only checked for form."""
+    from logstream.alerts.config import load_config
+
     config = _one_line_errors(lambda: load_config(routes, secrets=resolve_secrets))
     sys.stdout.write(f"{routes}: ok, {len(config.receivers)} receiver(s)\n")
 
@@ -135,6 +144,7 @@ def silence_add_command(
     by: Annotated[str, typer.Option(help="Who (default: the current user).")] = "",
 ) -> None:
     """Mute alerts whose labels match every matcher, from now for a while."""
+    from logstream.alerts.config import AlertConfigError, parse_duration, rfc3339
 
     def add() -> Silence:
         try:

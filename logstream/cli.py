@@ -24,18 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from logstream import __version__
-from logstream.alerts.alert import rfc3339
-from logstream.alerts.cli import add_silence
 from logstream.alerts.cli import app as alerts_app
-from logstream.alerts.config import AlertsConfig, parse_duration
-from logstream.alerts.config import load_config as load_alerts_config
-from logstream.alerts.pipeline import format_alert, run_replay_alerts
 from logstream.demo import write_demo_logs
-from logstream.records import Anomaly
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, severity
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
 from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
+    from logstream.alerts.config import AlertsConfig
     from logstream.groups import Group
     from logstream.replay import ReplayReport, Unit
     from logstream.train import TrainConfig
@@ -360,6 +355,8 @@ def replay_command(
         raise fail("--deliver needs --alerts FILE")
     check_out_file(out, "--out")
     check_out_file(report_path, "--report")
+    from logstream.alerts.config import load_config as load_alerts_config
+
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
@@ -407,6 +404,9 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
     Each carries its template text, its line number and, in lines format, the stream's lines
     around it (the whole file is at hand, so the lines after it too)."""
     from logstream.alerts.context import LineContext
+    from logstream.alerts.pipeline import format_alert, run_replay_alerts
+    from logstream.records import Anomaly
+    from logstream.scoring import severity
 
     lines = report.unit == "line"
     units = sorted(report.units, key=lambda u: u.line) if lines else report.units
@@ -444,6 +444,9 @@ def silence_command(
     by: Annotated[str, typer.Option(help="Who.")] = "",
 ) -> None:
     """Mute alerts whose labels match, for a while (same as `logstream alerts silence add`)."""
+    from logstream.alerts.cli import add_silence
+    from logstream.alerts.config import parse_duration, rfc3339
+
     made = add_silence(alerts, match, parse_duration(duration), comment=comment, by=by)
     sys.stdout.write(f"{made.id}: silenced until {rfc3339(made.expires_at)}\n")
 
