@@ -66,11 +66,15 @@ class TailOptions:
 class TailStats:
     lines: int = 0
     anomalies: int = 0
-    rejects: RejectLog = field(default_factory=RejectLog)
+    rejects: list[RejectLog] = field(default_factory=list)  # one per input (each has its thread)
 
     def summary(self) -> str:
         """One line for stderr at the end: lines scored, anomalies, bad lines by kind."""
-        bad = {kind: n for kind, n in self.rejects.counts.items() if n}
+        bad: dict[str, int] = {}
+        for rejects in self.rejects:
+            for kind, n in rejects.counts.items():
+                if n:
+                    bad[kind] = bad.get(kind, 0) + n
         skipped = ", ".join(f"{kind}={n}" for kind, n in bad.items()) or "none"
         return f"tail: {self.lines} lines scored, {self.anomalies} anomalies, bad lines skipped: {skipped}"
 
@@ -127,12 +131,13 @@ def run_tail(
     stats = TailStats()
     parser = parser_for(options)
     records: queue.Queue[LogRecord | _End] = queue.Queue(QUEUE_RECORDS)
+    stats.rejects = [RejectLog() for _ in options.inputs]
     readers = [
         threading.Thread(
-            target=_read, args=(_source(name, options, parser, stats.rejects, stop), records, stop),
+            target=_read, args=(_source(name, options, parser, rejects, stop), records, stop),
             name=f"logstream-tail-{name}", daemon=True,  # stdin blocks in read(): never joined
         )
-        for name in options.inputs
+        for name, rejects in zip(options.inputs, stats.rejects, strict=True)
     ]  # fmt: skip
     restore = _on_signals(stop)
     context = LineContext()
@@ -172,7 +177,7 @@ def _read(source: Iterator[LogRecord], records: queue.Queue[LogRecord | _End], s
     """Reader thread: queue the source's records (waiting while the queue is full), then `_End`."""
     try:
         for record in with_event_time(source):
-            while not _put(records, record, stop):
+            while not _put(records, record):
                 if stop.is_set():
                     return
             if stop.is_set():
@@ -180,14 +185,14 @@ def _read(source: Iterator[LogRecord], records: queue.Queue[LogRecord | _End], s
     except OSError as exc:  # a file that vanished or cannot be read: this input ends, others go on
         log.error("input failed", error=str(exc))
     finally:
-        _put(records, _End(), None)
+        while not _put(records, _End()) and not stop.is_set():
+            pass  # the queue is full: the end must not be lost (the run waits for it)
 
 
-def _put(
-    records: queue.Queue[LogRecord | _End], item: LogRecord | _End, stop: threading.Event | None
-) -> bool:
+def _put(records: queue.Queue[LogRecord | _End], item: LogRecord | _End) -> bool:
+    """Queue `item`, waiting up to POLL_SECONDS for room; False when there was none."""
     try:
-        records.put(item, timeout=POLL_SECONDS if stop is not None else None)
+        records.put(item, timeout=POLL_SECONDS)
     except queue.Full:
         return False
     return True

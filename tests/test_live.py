@@ -199,3 +199,17 @@ def test_alerts_reach_a_webhook(synthetic_model_dir: Path, tmp_path: Path) -> No
         ]
     assert firing, f"no alert about the incident; requests: {len(receiver.requests)}"
     assert firing[0]["startsAt"] == rfc3339(line_time(incident) or 0.0)
+
+
+def test_once_reads_files_to_their_end_and_exits(synthetic_model_dir: Path, tmp_path: Path) -> None:
+    """--once reads every file to its end, then exits 0 without a signal."""
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    append(first, incident_log(seed=5))
+    append(second, incident_log(seed=6, n=50))
+    done = subprocess.run(
+        tail_args(synthetic_model_dir, str(first), str(second), "--once"),
+        capture_output=True, timeout=RUN_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert f"{first}:" in done.stdout.decode() and INCIDENT in done.stdout.decode()
+    assert f"tail: {301 + 51} lines scored" in done.stderr.decode()
