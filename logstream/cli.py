@@ -512,9 +512,10 @@ def tail_command(
     for name in inputs:
         if name != STDIN and not Path(name).is_file():
             raise fail(f"tail: {name} is not a file")
+    compile_stream_key(stream_key)  # InputError naming --stream-key if RE2 cannot run it
     detector = Detector.load(model, false_alarm_rate=false_alarm_rate, threshold=threshold)
     key = stream_key or detector.meta.get("stream_key")
-    compile_stream_key(key)  # InputError naming --stream-key if RE2 cannot run it
+    compile_stream_key(key)  # the model's own key (checked when it was trained)
     try:
         sink = open_alert_sink(alerts) if alerts is not None else None
     except (AlertConfigError, OutboxError) as exc:

@@ -159,7 +159,6 @@ def run_tail(
         restore()
         if sink is not None:
             sink.close()  # as serve: notify groups in group_wait, deliver within the grace
-    log.info("tail stopped", lines=stats.lines, anomalies=stats.anomalies)
     return stats
 
 
