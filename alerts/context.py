@@ -19,8 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from logstream.records import Anomaly
+
+if TYPE_CHECKING:
+    from logstream.detector import Detector, ScoredLine
 
 DEFAULT_LINES = 2
 DEFAULT_MAX_STREAMS = 10_000
@@ -83,3 +87,12 @@ class LineContext:
 
     def _cut(self, line: str) -> str:
         return line if len(line) <= self.max_chars else line[: self.max_chars - 1] + "…"
+
+
+def anomalies_of(detector: Detector, context: LineContext, scored: Sequence[ScoredLine]) -> list[Anomaly]:
+    """A scored batch's anomalies, lines first (with the stream's lines around them), then
+    stream ends: what serve and `logstream tail` hand to the alert sink."""
+    lines = [s for s in scored if s.kind == "line"]
+    flagged = {i: a for i, s in enumerate(lines) if (a := detector.anomaly(s)) is not None}
+    anomalies = context.attach([(s.record.stream, s.record.line) for s in lines], flagged)
+    return anomalies + [a for s in scored if s.kind != "line" and (a := detector.anomaly(s)) is not None]

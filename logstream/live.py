@@ -32,12 +32,12 @@ from typing import TextIO
 import structlog
 
 from logstream.alerts.alert import rfc3339
-from logstream.alerts.context import LineContext
+from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.sink import AnomalySink
 from logstream.consumers.file import read_file
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.stdin import read_stdin
-from logstream.detector import Detector, ScoredLine
+from logstream.detector import Detector
 from logstream.event_time import with_event_time
 from logstream.records import Anomaly, LogRecord
 from logstream.settings import InputSettings
@@ -81,16 +81,6 @@ class TailStats:
 
 class _End:
     """Queued by a reader when its input has ended (or failed)."""
-
-
-def anomalies_of(detector: Detector, context: LineContext, scored: Sequence[ScoredLine]) -> list[Anomaly]:
-    """The batch's anomalies, lines first (with the stream's lines around them), then stream ends.
-
-    The same steps as serve's `Service._put`, which could call this instead."""
-    lines = [s for s in scored if s.kind == "line"]
-    flagged = {i: a for i, s in enumerate(lines) if (a := detector.anomaly(s)) is not None}
-    anomalies = context.attach([(s.record.stream, s.record.line) for s in lines], flagged)
-    return anomalies + [a for s in scored if s.kind != "line" and (a := detector.anomaly(s)) is not None]
 
 
 def format_anomaly(anomaly: Anomaly) -> str:

@@ -47,7 +47,7 @@ from aiokafka.errors import KafkaError
 
 from logstream import __version__
 from logstream.alerts.config import AlertConfigError, load_config
-from logstream.alerts.context import LineContext
+from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.outbox import OutboxError
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
@@ -73,7 +73,7 @@ from logstream.metrics import (
     serve_http,
 )
 from logstream.model import ModelDirError
-from logstream.records import Anomaly, LogRecord
+from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
 
 log = structlog.get_logger(__name__)
@@ -291,19 +291,15 @@ class Service:
         return ends
 
     def _put(self, scored: Sequence[ScoredLine]) -> None:
-        lines = [s for s in scored if s.kind == "line"]
-        flagged = {i: a for i, s in enumerate(lines) if (a := self.detector.anomaly(s)) is not None}
-        anomalies: list[Anomaly] = self.context.attach(
-            [(s.record.stream, s.record.line) for s in lines], flagged
-        )
-        anomalies += [a for s in scored if s.kind != "line" and (a := self.detector.anomaly(s)) is not None]
+        anomalies = anomalies_of(self.detector, self.context, scored)
         self.sink.put(anomalies)
         if self.audit is not None:
             self.audit.write(scored)
         for anomaly in anomalies:
             ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
-        for line in lines:
-            LINE_SCORE.observe(line.score)
+        for line in scored:
+            if line.kind == "line":
+                LINE_SCORE.observe(line.score)
         THRESHOLD.set(self.detector.threshold)
         CACHE_BYTES.set(self.detector.cache_bytes)
         ACTIVE_STREAMS.set(len(self.detector.engine.streams))
