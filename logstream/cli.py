@@ -135,6 +135,7 @@ FormatOpt = Annotated[
 def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
     line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
+    stream_key: str | None = None,
 ) -> TrainConfig:  # fmt: skip
     from logstream.scoring import ScoringConfig
     from logstream.train import TrainConfig
@@ -147,6 +148,7 @@ def _train_config(
     return TrainConfig(
         preset=preset, window=window or TrainConfig.window, fit_window=window is None, seed=seed,
         epochs=epochs, min_steps=min(min_steps, max_steps), max_steps=max_steps, scoring=scoring,
+        stream_key=stream_key,
     )  # fmt: skip
 
 
@@ -199,7 +201,10 @@ def train_command(
     )
     from logstream.train import save, train
 
-    config = _train_config(preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate)
+    config = _train_config(
+        preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
+        stream_key if format is Format.lines else None,
+    )  # fmt: skip
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
         raise fail("--only-normal needs --format sessions (labels live in the sessions)")
@@ -361,7 +366,10 @@ def replay_command(
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value,
-        train_config=_train_config(preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate),
+        train_config=_train_config(
+            preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate,
+            stream_key=stream_key,
+        ),
         false_alarm_rate=false_alarm_rate, threshold=threshold,
     )  # fmt: skip
     data = load_replay_input(options)

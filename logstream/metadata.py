@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from logstream.model import META_VERSION, PRESETS, ModelDirError
+from logstream.regex import RegexError, compile_safe
 from logstream.scoring import Calibration
 
 # Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim
@@ -84,6 +85,17 @@ class ModelMeta(BaseModel):
     calibration: dict[StrictStr, Any]
     data_sha256: StrictStr = ""
     model_id: StrictStr = ""
+    stream_key: StrictStr | None = None
+
+    @field_validator("stream_key")
+    @classmethod
+    def _key_compiles(cls, stream_key: str | None) -> str | None:
+        if stream_key is not None:
+            try:
+                compile_safe(stream_key)
+            except RegexError as exc:
+                raise ValueError(f"{stream_key!r} is {exc}") from None
+        return stream_key
 
     @field_validator("version")
     @classmethod

@@ -261,7 +261,7 @@ class ReplayInput:
 def load_replay_input(options: ReplayOptions) -> ReplayInput:
     """Read and check input and model before any work starts; raises InputError/ModelDirError."""
     stats = InputStats()
-    key = compile_stream_key(options.stream_key)
+    compile_stream_key(options.stream_key)  # a bad --stream-key fails before any work
     numbers: list[int] = []
     if options.format == "sessions":
         items: list[Any] = read_sessions(options.input, stats, numbers)
@@ -269,6 +269,10 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
         items = read_lines(options.input, stats, numbers)
     labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
     detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
+    # without --stream-key, the streams the model was trained on (a forgotten key would put
+    # every line into one `default` stream)
+    saved = detector.meta.get("stream_key") if detector is not None else None
+    key = compile_stream_key(options.stream_key or saved)
     return ReplayInput(items, labels, key, stats, detector, numbers)
 
 

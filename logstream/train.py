@@ -78,6 +78,7 @@ class TrainConfig:
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    stream_key: str | None = None  # the regex that named the baseline's streams; saved with the model
 
 
 def plan_window(tokens: int, window: int) -> int:
@@ -355,6 +356,7 @@ def train(
         "final_loss": loss,
         "train_seconds": round(time.time() - started, 1),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "stream_key": config.stream_key,  # replay and tail default to it
         "calibration": Calibration(config=config.scoring).to_json(),
     }
     detector = Detector(model, tokenizer, meta, device="cpu")

@@ -130,6 +130,7 @@ DAMAGE = {
         "calibration: not a calibration:",
     ),
     "sha-not-a-string": (_set("data_sha256", 12), "data_sha256: Input should be a valid string"),
+    "stream-key-bad-regex": (_set("stream_key", "(unclosed"), "stream_key: '(unclosed' is"),
     "top-level-list": (lambda meta: [meta], "expected a JSON object, got list"),
 }
 
