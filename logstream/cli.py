@@ -407,28 +407,38 @@ def replay_command(
 
 
 def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
-    """Route the replay's anomalies (as if all seen now) and print one line per notification.
+    """Route the replay's anomalies and print one line per notification.
 
-    Each carries its template text, its line number and, in lines format, the stream's lines
-    around it (the whole file is at hand, so the lines after it too)."""
+    Grouping runs on the log's own time where a line starts with a timestamp (a line without
+    one takes the latest time seen before it; a log without any is replayed as if all of it
+    arrived now). Each alert carries its template text, its line number and, in lines format,
+    the stream's lines around it (the whole file is at hand, so the lines after it too)."""
+    import time
+
     from logstream.alerts.context import LineContext
     from logstream.alerts.pipeline import format_alert, run_replay_alerts
+    from logstream.event_time import line_time
     from logstream.records import Anomaly
     from logstream.scoring import severity
 
     lines = report.unit == "line"
     units = sorted(report.units, key=lambda u: u.line) if lines else report.units
     models = {k: (c.model_id, c.model_version) for k, c in enumerate(report.chunks)}
-    flagged = {
-        i: Anomaly(
-            stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
-            severity=severity(u.score, u.threshold, u.level), level=u.level, template=u.template,
-            top_tokens=u.top_tokens, source="replay", offset=u.index,
-            location=f"line {u.line}" if u.line else "",
-            model_id=models.get(u.chunk, ("", ""))[0], model_version=models.get(u.chunk, ("", ""))[1],
-        )
-        for i, u in enumerate(units) if u.is_anomaly
-    }  # fmt: skip
+    now = time.time()
+    latest: float | None = None
+    flagged: dict[int, Anomaly] = {}
+    for i, u in enumerate(units):
+        stamp = line_time(u.text, now) if lines else None
+        latest = stamp if stamp is not None else latest
+        if u.is_anomaly:
+            model_id, model_version = models.get(u.chunk, ("", ""))
+            flagged[i] = Anomaly(
+                stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
+                severity=severity(u.score, u.threshold, u.level), level=u.level, template=u.template,
+                top_tokens=u.top_tokens, source="replay", offset=u.index,
+                location=f"line {u.line}" if u.line else "", model_id=model_id, model_version=model_version,
+                event_time=stamp, detected_at=latest if latest is not None else now,
+            )  # fmt: skip
     around = LineContext().attach([(u.stream, u.text) for u in units], flagged) if lines else None
     anomalies = around if around is not None else list(flagged.values())
     sent, pending = run_replay_alerts(anomalies, routes, deliver=deliver)

@@ -56,7 +56,7 @@ def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, t
 
 def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp_path: Path) -> None:
     """--deliver: the receiver gets exactly the printed notifications, each with its line number,
-    template text, the lines before it and the model that raised it."""
+    template text, the lines before it, the model that raised it and the line's own time."""
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)])
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes, "--deliver")
@@ -70,6 +70,9 @@ def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp
         number = int(notes["source"].removeprefix("line "))  # 1-based, as an editor counts
         assert lines[number - 1] == notes["first_line"] and notes["template"]
         assert notes["model_id"].startswith("replay-auto-train@") and notes["model_version"]
+        assert notes["event_time"] and lines[number - 1].startswith(
+            notes["event_time"].removesuffix("Z")[:19]
+        )
         before = notes.get("context_before", "").splitlines()  # the log is one stream
         assert len(before) <= 2 and lines[number - 1 - len(before) : number - 1] == before
     assert any("context_before" in r.body["alerts"][0]["annotations"] for r in received)
