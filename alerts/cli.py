@@ -51,12 +51,11 @@ RoutesOpt = Annotated[
 
 def _one_line_errors(work: Callable[[], T]) -> T:
     """Run `work`; a config or outbox problem is `error: ...` on stderr and exit 2."""
-    from logstream.alerts.config import AlertConfigError
-    from logstream.alerts.outbox import OutboxError
+    from logstream.errors import UserError
 
     try:
         return work()
-    except (AlertConfigError, OutboxError) as exc:
+    except UserError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2) from None
 

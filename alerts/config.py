@@ -48,6 +48,7 @@ from pydantic import (
 )
 
 from logstream.alerts.matchers import Matcher, globs, is_label_name, parse_matcher
+from logstream.errors import UserError
 
 # Labels every anomaly carries (see routing.anomaly_labels). Labels taken from the record
 # (serve's input.label_fields / label_regex) are declared in the routes file's `record_labels`.
@@ -61,7 +62,7 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SECRET_FILE_MAX_BYTES = 64 * 1024
 
 
-class AlertConfigError(ValueError):
+class AlertConfigError(UserError, ValueError):
     """A routes file that cannot be used; the message names the file, field and reason."""
 
 

@@ -40,6 +40,7 @@ from logstream.alerts.matchers import matches
 from logstream.alerts.metrics import OUTBOX_PRUNED
 from logstream.alerts.routing import Timing, anomaly_labels, group_key, route
 from logstream.alerts.silences import SILENCES_SCHEMA, LegacyFile, SilenceTable, silenced_by
+from logstream.errors import UserError
 from logstream.records import Anomaly
 
 log = structlog.get_logger(__name__)
@@ -99,7 +100,7 @@ _BAD_ROW = (ValueError, KeyError, TypeError)  # what decoding a damaged JSON row
 Inhibitors = dict[tuple[str, ...], list[tuple[str, float]]]  # equal-label values -> (group key, resolves at)
 
 
-class OutboxError(RuntimeError):
+class OutboxError(UserError, RuntimeError):
     """The outbox database cannot be used (corrupt, locked, disk full ...); one line."""
 
 

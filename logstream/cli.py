@@ -26,6 +26,7 @@ from rich.text import Text
 from logstream import __version__
 from logstream.alerts.cli import app as alerts_app
 from logstream.demo import write_demo_logs
+from logstream.errors import UserError
 from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
 from logstream.synth import STREAM_KEY
 
@@ -463,9 +464,13 @@ def silence_command(
 ) -> None:
     """Mute alerts whose labels match, for a while (same as `logstream alerts silence add`)."""
     from logstream.alerts.cli import add_silence
-    from logstream.alerts.config import parse_duration, rfc3339
+    from logstream.alerts.config import AlertConfigError, parse_duration, rfc3339
 
-    made = add_silence(alerts, match, parse_duration(duration), comment=comment, by=by)
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise AlertConfigError(f"--for: {exc}") from None
+    made = add_silence(alerts, match, seconds, comment=comment, by=by)
     sys.stdout.write(f"{made.id}: silenced until {rfc3339(made.expires_at)}\n")
 
 
@@ -606,23 +611,12 @@ def bench_command(
         sys.stdout.write(json.dumps(results) + "\n")
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    """Errors a user can fix: ValueError, and InputError/ModelDirError when their (heavy)
-    modules were imported, which they were if one of them was raised."""
-    errors: list[type[Exception]] = [ValueError]
-    for module, name in (("logstream.inputs", "InputError"), ("logstream.model", "ModelDirError")):
-        if module in sys.modules:
-            errors.append(getattr(sys.modules[module], name))
-    return tuple(errors)
-
-
 def main() -> None:
-    """Entry point: run the app, turning user-fixable errors into one line and exit 2."""
+    """Entry point: an error the user can fix (`UserError`) is one line and exit 2; anything
+    else is a bug and keeps its traceback."""
     try:
         app()
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
+    except UserError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
 

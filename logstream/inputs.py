@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logstream.errors import UserError
 from logstream.normalize import MAX_LINE_CHARS
 from logstream.regex import Pattern, RegexError, compile_safe, search_key
 from logstream.train import Stream
@@ -23,7 +24,7 @@ from logstream.train import Stream
 FORMATS = ("lines", "sessions")
 
 
-class InputError(Exception):
+class InputError(UserError):
     """The input cannot be used at all (missing, empty, binary, mismatched labels)."""
 
 

@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
+from logstream.errors import UserError
 from logstream.tokenizer import LineTokenizer
 
 META_FILE = "logstream.json"
@@ -46,7 +47,7 @@ PRESETS: dict[str, Preset] = {
 hf_logging.disable_progress_bar()
 
 
-class ModelDirError(Exception):
+class ModelDirError(UserError):
     """The model directory is missing, foreign or damaged."""
 
 

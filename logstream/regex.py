@@ -21,10 +21,12 @@ from typing import Any, Protocol
 
 import re2
 
+from logstream.errors import UserError
+
 _REPEATS = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT}
 
 
-class RegexError(ValueError):
+class RegexError(UserError, ValueError):
     """A user regex that cannot be used; the message says why (the caller names the field)."""
 
 

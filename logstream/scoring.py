@@ -34,8 +34,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from logstream.errors import UserError
 from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
-from logstream.tail import TailFit, count, finite_list, fit_tail, reference_sample
+from logstream.tail import MIN_SAMPLES, TailFit, count, finite_list, fit_tail, reference_sample
 
 # Priors in nats, added to the model's surprisal (docs/quality.md weighs them).
 DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
@@ -217,7 +218,9 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
     calibration = Calibration(config=config, heldout_lines=len(lines))
     calibration.line, calibration.line_reference = _fit([calibration.evidence(o) for o in lines])
     if calibration.line is None:
-        raise ValueError(f"calibration: {len(lines)} held-out baseline lines; at least 20 are needed")
+        raise UserError(
+            f"calibration: {len(lines)} held-out baseline lines; at least {MIN_SAMPLES} are needed (more baseline)"
+        )
     calibration.end, calibration.end_reference = _fit(end_raw)
     return calibration
 

@@ -46,9 +46,8 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from logstream import __version__
-from logstream.alerts.config import AlertConfigError, load_config
+from logstream.alerts.config import load_config
 from logstream.alerts.context import LineContext, anomalies_of
-from logstream.alerts.outbox import OutboxError
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.consumers.kafka import Batch, KafkaSource
@@ -72,7 +71,6 @@ from logstream.metrics import (
     Health,
     serve_http,
 )
-from logstream.model import ModelDirError
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
 
@@ -408,27 +406,17 @@ async def serve(settings: ServeSettings) -> int:
 
 
 def main(config_path: Path | str | None, check: bool = False) -> int:
-    """`logstream serve --config FILE [--check]`: settings or model errors are one line, exit 2."""
-    try:
-        settings = load_settings(config_path)
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """`logstream serve --config FILE [--check]`: the exit status. Settings, routes, model and
+    outbox errors are `UserError`s, which the CLI prints as one line with exit 2."""
+    settings = load_settings(config_path)
     if check:
         if settings.sink.kind == "alerts" and settings.sink.routes is not None:
-            try:  # the routes file too, without its secrets (a laptop or CI has none)
-                load_config(settings.sink.routes, secrets=False)
-            except AlertConfigError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
+            load_config(settings.sink.routes, secrets=False)  # without secrets: CI has none
         print(f"config ok: {config_path}", file=sys.stderr)
         return 0
     configure_logging(settings.log_format, settings.log_level)
     try:
         return asyncio.run(serve(settings))
-    except (ModelDirError, SettingsError, AlertConfigError, OutboxError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KafkaError as exc:
         print(f"error: kafka: {exc}", file=sys.stderr)
         return 1

@@ -33,6 +33,7 @@ from pydantic_settings import (
 )
 
 from logstream.alerts.config import check_record_label
+from logstream.errors import UserError
 from logstream.regex import check_python_regex, compile_safe
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
@@ -40,7 +41,7 @@ _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", defa
 Port = Annotated[int, Field(ge=0, le=65535)]
 
 
-class SettingsError(Exception):
+class SettingsError(UserError):
     """Invalid serve settings; the message names each field and the reason."""
 
 

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from logstream.detector import Detector
+from logstream.errors import UserError
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
@@ -313,7 +314,7 @@ def train(
     total = sum(len(s.lines) for s in streams)
     train_streams, heldout = heldout_split(streams, config)
     if not any(s.lines for s in train_streams) or not any(s.lines for s in heldout):
-        raise ValueError("training data: too few lines to train and hold out a calibration set")
+        raise UserError("training data: too few lines to train and hold out a calibration set")
     started = time.time()
     lines = [line for s in train_streams for line in s.lines]
     normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
