@@ -11,15 +11,13 @@ waits (bounded) for `/-/ready`, and stops it with SIGTERM, then SIGKILL.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kafka_broker import free_port
+from kafka_broker import free_port, stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / ".cache" / "alertmanager" / "bin" / "alertmanager"
@@ -89,11 +87,4 @@ class AlertmanagerServer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
+        stop_process_group(process, STOP_TIMEOUT_S)

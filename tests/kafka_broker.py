@@ -57,6 +57,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM a service started in its own process group, SIGKILL it if it does not exit
+    within `timeout` seconds; nothing if it is not running."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout)
+
+
 class KafkaBroker:
     """One KRaft node (broker + controller) whose data lives under `work_dir`."""
 
@@ -134,14 +147,7 @@ class KafkaBroker:
     def stop(self) -> None:
         """SIGTERM the broker (a controlled shutdown), SIGKILL it if it does not exit in time."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
+        stop_process_group(process, STOP_TIMEOUT_S)
 
     def restart(self) -> None:
         """Stop and start again on the same ports with the same data."""
