@@ -32,7 +32,7 @@ SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS o
 class ScoredLine:
     record: LogRecord
     score: float  # calibrated: -log10 P(a normal line scores this high), compared with `threshold`
-    raw: float  # evidence, nats: surprisal + severity prior + novelty (what the line tail calibrates)
+    raw: float  # evidence, nats: surprisal + priors - template offset (what the line tail calibrates)
     surprisal: float  # nats/token from the model alone (for kind "end": the end token's NLL)
     threshold: float
     level: str | None = None  # severity from the level field or failure words
@@ -40,6 +40,7 @@ class ScoredLine:
     repeats: int = 0  # times its template occurred in the stream's recent lines (burst discount)
     template_id: int | None = None
     template: str | None = None
+    known_template: int | None = None  # cluster number of the training template it matched (None: new)
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
@@ -85,6 +86,7 @@ class Detector:
         self.known_templates = list(meta.get("templates", []))
         self.calibration = Calibration.from_json(meta["calibration"])
         self.miner = seeded_miner(self.known_templates)
+        self.known_clusters = self.miner.size  # clusters 1..known_clusters are training templates
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
             "bos": [tokenizer.bos_id],
@@ -173,7 +175,8 @@ class Detector:
             level = self.scoring.severity(record.line)
             mined = self.miner.add(masked[i])
             repeats = self.recent.add(record.stream, mined.template_id)
-            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new, repeats))
+            known = mined.cluster if mined.cluster <= self.known_clusters else None
+            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new, repeats, known))
             score = self.calibration.line_score(evidence, fit)
             out.append(
                 ScoredLine(
@@ -187,6 +190,7 @@ class Detector:
                     repeats=repeats,
                     template_id=mined.template_id,
                     template=mined.template,
+                    known_template=known,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
                     ),
