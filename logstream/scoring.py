@@ -169,9 +169,13 @@ class Calibration:
 
     def evidence(self, seen: Observation) -> float:
         raw = self.config.evidence(seen.surprisal, seen.severity, seen.novel, seen.repeats)
-        if self.config.template_centering and seen.template is not None:
-            raw -= self.template_offsets.get(seen.template, 0.0)
-        return raw
+        return raw - self.template_offset(seen.template)
+
+    def template_offset(self, template: int | None) -> float:
+        """Nats off a line of this known template (template centering; 0 when off or new)."""
+        if not self.config.template_centering or template is None:
+            return 0.0
+        return self.template_offsets.get(template, 0.0)
 
     def line_score(self, evidence: float, fit: TailFit | None = None) -> float:
         return _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
