@@ -46,7 +46,15 @@ import numpy as np
 
 from logstream.errors import UserError
 from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
-from logstream.tail import MIN_SAMPLES, TailFit, count, finite_list, fit_tail, reference_sample
+from logstream.tail import (
+    MAX_OUTLIER_SHARE,
+    MIN_SAMPLES,
+    TailFit,
+    count,
+    finite_list,
+    fit_tail,
+    reference_sample,
+)
 
 # Priors in nats, added to the model's surprisal (docs/quality.md weighs them).
 DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
@@ -61,6 +69,9 @@ TAIL_MODELS = ("gpd", "empirical", "raw")
 # template centering: a template needs this many held-out lines to get an offset, and its
 # offset is shrunk by n / (n + CENTER_SHRINK) (a pseudo-count: 3 lines give 60%)
 CENTER_MIN_LINES = 3
+# A session is a whole incident: a baseline "with a few percent of incidents" has a few
+# percent of its sessions far out, so the session tail may drop up to 5% of them (lines: 0.5%)
+SESSION_OUTLIER_SHARE = 0.05
 CENTER_SHRINK = 2.0
 
 
@@ -239,11 +250,13 @@ def session_worst(line_scores: list[float], end_score: float | None) -> float:
     return max([*line_scores, *([end_score] if end_score is not None else [])], default=0.0)
 
 
-def _fit(samples: list[float]) -> tuple[TailFit | None, list[float]]:
+def _fit(
+    samples: list[float], max_outlier_share: float = MAX_OUTLIER_SHARE
+) -> tuple[TailFit | None, list[float]]:
     """A tail and its reference sample, or (None, []) with too few samples."""
     if len(samples) < 20:
         return None, []
-    return fit_tail(samples), reference_sample(samples)
+    return fit_tail(samples, max_outlier_share), reference_sample(samples)
 
 
 def template_offsets(
@@ -296,7 +309,7 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
 
 def fit_sessions(calibration: Calibration, worst: list[float]) -> None:
     """Fit the session tail on held-out sessions' worst calibrated line/end scores."""
-    calibration.session, calibration.session_reference = _fit(worst)
+    calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)
     calibration.heldout_sessions = len(worst) if calibration.session else 0
 
 
