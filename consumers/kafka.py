@@ -101,7 +101,9 @@ async def ensure_topic(
         admin = AIOKafkaAdminClient(**client_options(settings))
         await admin.start()
         try:
-            response = await admin.create_topics([NewTopic(topic, wanted, replication, topic_configs=config)])
+            # -1 = the broker's default replication; aiokafka wants an (empty) assignment then
+            assignments = {} if replication == -1 else None
+            response = await admin.create_topics([NewTopic(topic, wanted, replication, assignments, config)])
         finally:
             await admin.close()
         for name, code, *_ in response.topic_errors:

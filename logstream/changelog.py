@@ -316,10 +316,14 @@ class Changelog:
         """Connect; create the topic (compacted) if it is missing; learn its partition count."""
         await self._producer.start()
         await self._reader.start()
-        self.partitions = await ensure_topic(
-            self.kafka, self._producer, self.topic, self.state.changelog_partitions, self.input_topics,
-            self.state.changelog_replication, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
-        )  # fmt: skip
+        try:
+            self.partitions = await ensure_topic(
+                self.kafka, self._producer, self.topic, self.state.changelog_partitions, self.input_topics,
+                self.state.changelog_replication, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
+            )  # fmt: skip
+        except BaseException:
+            await self.stop()
+            raise
         log.info("changelog ready", topic=self.topic, partitions=self.partitions)
 
     async def stop(self) -> None:

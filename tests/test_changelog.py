@@ -24,7 +24,7 @@ ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown op
 # Scores (-log10 p) of a restored stream's next lines against the same lines scored by a
 # detector that never lost it: the ring is rebuilt from the last L tokens, whose oldest
 # entries lose the context they had beyond the window (the approximation of an eviction).
-RESTORE_TOLERANCE = 0.35
+RESTORE_TOLERANCE = 0.15
 
 
 def records(lines: list[str], source: str = "logs/0", first_offset: int = 0) -> list[LogRecord]:
