@@ -155,6 +155,7 @@ class Service:
         # stream -> monotonic time of its last line, least recently seen first (idle closing only)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
         self._current: asyncio.Future[None] | None = None  # the scorer's work in progress
+        self._next_commit = 0.0  # with a changelog, commits (and its writes) are this far apart
 
     async def run(self, stop: asyncio.Event) -> bool:
         """Serve until `stop` is set; then shut down gracefully. False if the grace ran out."""
@@ -208,6 +209,8 @@ class Service:
             await self._may_fetch.wait()
             batch = await self.source.fetch()
             if not batch.messages:
+                if self.changelog is not None and self._processed and self._queue.empty():
+                    self._queue.put_nowait(batch)  # quiet: the scorer commits once it is due
                 continue
             self._inflight += len(batch.records)
             self._drained.clear()
@@ -250,7 +253,8 @@ class Service:
         if batch.records:
             await loop.run_in_executor(self._worker, self._score_and_hand_off, batch)
         self._processed.update(batch.next_offsets)
-        await self._commit()
+        if self.changelog is None or time.monotonic() >= self._next_commit:
+            await self._commit()
         self.source.record_lag(batch.next_offsets)
         self._inflight -= len(batch.records)
         INFLIGHT_LINES.set(self._inflight)
@@ -326,8 +330,10 @@ class Service:
 
     async def _commit(self) -> None:
         offsets = dict(self._processed)
-        if self.changelog is not None and not await self._write_changelog():
-            return  # state goes before the offsets it covers (logstream/changelog.py)
+        if self.changelog is not None:
+            if not await self._write_changelog():
+                return  # state goes before the offsets it covers (logstream/changelog.py)
+            self._next_commit = time.monotonic() + self.settings.state.changelog_interval_seconds
         if offsets and await self.source.commit(offsets):
             # offsets handed off while the commit was in flight stay for the next one
             for tp, offset in offsets.items():

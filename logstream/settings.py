@@ -210,7 +210,10 @@ class StateSettings(_Section):
     changelog_partitions: int | None = Field(default=None, gt=0)
     # Replication factor when serve creates it; -1 = the broker's default.
     changelog_replication: int = Field(default=-1, ge=-1)
-    # A partition's restore (read + re-encode) that takes longer fails the assignment.
+    # With a changelog, offsets are committed (each after the changelog write that covers
+    # them) at most this often: a stream is written once per interval, whatever its lines.
+    changelog_interval_seconds: float = Field(default=5.0, ge=0)
+    # A restore whose read takes longer gives up (logged): those streams start cold.
     restore_timeout_seconds: float = Field(default=120.0, gt=0)
     # Cold start: a stream with fewer scored lines than this (restored ones count) raises no
     # alert; its lines are still scored and fill its context. 0 = alert from the first line.
