@@ -28,9 +28,10 @@ the lines between the last write and a commit that a crash prevented: those line
 scored and handed off already (the write follows the sink's put), and the new owner
 skips them for that stream (`StreamBook.already_scored`) instead of feeding them twice.
 
-Writes happen once per commit (one record per stream touched since the last one,
-whatever its number of lines), on the scorer's worker thread between batches; reads
-happen on partition assignment, before fetching resumes.
+Writes happen before each commit, and serve commits at most every
+`state.changelog_interval_seconds` (and on revoke and shutdown): one record per stream
+scored since the last write, whatever its number of lines, taken on the scorer's worker
+thread between batches. Reads happen on partition assignment, before fetching resumes.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ pod that would otherwise commit offsets and alert nobody.
 
 Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
-fetching resumes. SIGTERM/SIGINT: stop fetching, finish the batch being
+fetching resumes. With `state.changelog_topic`, streams' state is written before each
+commit and restored on assign before fetching (logstream/changelog.py); with
+`repartition.topic`, the scorer reads that topic (consumers/repartition.py). SIGTERM/SIGINT: stop fetching, finish the batch being
 scored, commit, leave the group, all within `shutdown_grace_seconds`.
 """
 
