@@ -105,6 +105,8 @@ class StreamState:
         (size,) = struct.unpack("<I", value[4:8])
         try:
             header = json.loads(value[8 : 8 + size])
+            if header["dtype"] not in ("<u2", "<i4"):
+                raise ValueError(f"token dtype {header['dtype']!r}")
             tokens = np.frombuffer(value[8 + size :], dtype=np.dtype(header["dtype"]))
             return cls(
                 stream=stream,

@@ -49,7 +49,14 @@ def test_state_record_round_trips_in_uint16_and_int32() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [b"", b"{}", b"LSC1\x05\x00\x00\x00{bad}", b"not a changelog record at all"]
+    "value",
+    [
+        b"",
+        b"{}",
+        b"LSC1\x05\x00\x00\x00{bad}",
+        b"not a changelog record at all",
+        b'LSC1\x0d\x00\x00\x00{"dtype":"O"}',  # only uint16/int32 token ids
+    ],
 )
 def test_foreign_record_is_refused_with_a_reason(value: bytes) -> None:
     """A value that is not a logstream state (another writer, a torn record) raises ValueError."""
