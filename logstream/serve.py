@@ -158,6 +158,10 @@ class Service:
         self._last_seen: OrderedDict[str, float] = OrderedDict()
         self._current: asyncio.Future[None] | None = None  # the scorer's work in progress
         self._next_commit = 0.0  # with a changelog, commits (and its writes) are this far apart
+        # cleared while assigned partitions' streams are restored: a fetch already in flight
+        # can return their lines, which must not be scored before their state is back
+        self._restored = asyncio.Event()
+        self._restored.set()
 
     async def run(self, stop: asyncio.Event) -> bool:
         """Serve until `stop` is set; then shut down gracefully. False if the grace ran out."""
@@ -233,6 +237,7 @@ class Service:
             except TimeoutError:
                 work = loop.run_in_executor(self._worker, self._close_idle_streams)
             else:
+                await self._restored.wait()
                 self._coalesce(batch)
                 work = asyncio.ensure_future(self._handle(batch))
             # shielded: a shutdown cancels this loop, but `_shutdown` awaits the work to its end
@@ -397,7 +402,11 @@ class Service:
         self._paused = False
         self.source.assigned(assigned)
         if self.changelog is not None:
-            await self._restore(assigned)
+            self._restored.clear()
+            try:
+                await self._restore(assigned)
+            finally:
+                self._restored.set()
         PAUSED_PARTITIONS.set(0)
         ASSIGNED_PARTITIONS.set(len(assigned))
         self.health.partitions_assigned = bool(assigned)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 from kafka_broker import KafkaBroker, committed_offsets, end_offsets, produce
 from test_changelog import RESTORE_TOLERANCE
 from test_kafka_serve import Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
@@ -37,6 +38,14 @@ def scores(serve: Serve) -> dict[tuple[int, int], float]:
         for e in read_jsonl(serve.audit)
         if e["kind"] == "line"
     }
+
+
+def committed_now(broker: KafkaBroker, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets; {} while the broker's offsets topic is being set up."""
+    try:
+        return asyncio.run(committed_offsets(broker.bootstrap, group))
+    except GroupCoordinatorNotAvailableError:
+        return {}
 
 
 def restored(serve: Serve) -> int:
@@ -117,22 +126,22 @@ def test_changelog_survives_kill_9_and_is_never_behind_the_committed_offsets(
     every line is scored."""
     topic, group = new_topic(kafka_broker, partitions=2)
     changelog = f"{topic}-changelog"
-    messages = normal_lines(1200, seed=32)
+    messages = normal_lines(2000, seed=32)
     produce_split(kafka_broker, topic, messages)
-    serve = Serve(
-        tmp_path, kafka_broker, synthetic_model_dir, topic, group, state={"changelog_topic": changelog}
-    )
+    state = {"changelog_topic": changelog, "changelog_interval_seconds": 0.5}  # commits mid-stream
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group, state=state)
     serve.start()
-    wait_for(lambda: len(serve.audited()) >= 200, "the first lines scored")
+    wait_for(lambda: len(committed_now(kafka_broker, group)) == 2, "both partitions committed")
     serve.kill()
     assert not fully_committed(kafka_broker, group, topic, 2), "the kill was not mid-stream"
-    committed = asyncio.run(committed_offsets(kafka_broker.bootstrap, group))
+    committed = committed_now(kafka_broker, group)
     states = read_changelog(kafka_broker, changelog, 2)  # serve made it like the input: 2
     for partition, part in by_partition(messages).items():
         below = part[: committed.get((topic, partition), 0)]
         for stream in {key.decode() for key, _ in below}:
             last = max(i for i, (key, _) in enumerate(below) if key.decode() == stream)
             assert stream in states and states[stream].offset >= last + 1, (stream, partition)
+    assert committed and states  # the kill came after state was written and offsets committed
     serve.start()
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the restarted serve caught up")
     assert serve.terminate() == 0
