@@ -16,13 +16,15 @@ could not keep.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
@@ -67,6 +69,48 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
         options["sasl_plain_username"] = settings.sasl_username
         options["sasl_plain_password"] = settings.sasl_password.get_secret_value()
     return options
+
+
+async def topic_partitions(producer: AIOKafkaProducer, topic: str, wait: bool = False) -> set[int]:
+    """The topic's partitions ({} if unknown); with `wait`, until each has a leader (10 s)."""
+    for _ in range(100 if wait else 1):
+        await producer.client.force_metadata_update()
+        found = producer.client.cluster.partitions_for_topic(topic)
+        if found and (not wait or all(p is not None for p in found)):
+            return set(found)
+        await asyncio.sleep(0.1)
+    if wait:
+        raise KafkaError(f"topic {topic} has no leaders after 10s")
+    return set()
+
+
+async def ensure_topic(
+    settings: KafkaSettings,
+    producer: AIOKafkaProducer,
+    topic: str,
+    partitions: int | None,
+    like: list[str],
+    replication: int = -1,
+    config: dict[str, str] | None = None,
+) -> int:
+    """Create `topic` if it is missing (the internal topics: changelog, repartition) with
+    `partitions`, or as many as the topic in `like` with the most; its partition count."""
+    found = await topic_partitions(producer, topic)
+    if not found:
+        wanted = partitions or max([len(await topic_partitions(producer, t)) for t in like] + [1])
+        admin = AIOKafkaAdminClient(**client_options(settings))
+        await admin.start()
+        try:
+            # -1 = the broker's default replication; aiokafka wants an (empty) assignment then
+            assignments = {} if replication == -1 else None
+            response = await admin.create_topics([NewTopic(topic, wanted, replication, assignments, config)])
+        finally:
+            await admin.close()
+        for name, code, *_ in response.topic_errors:
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise KafkaError(f"cannot create topic {name}: error code {code}")
+        found = await topic_partitions(producer, topic, wait=True)
+    return len(found)
 
 
 class KafkaSource:

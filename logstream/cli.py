@@ -486,11 +486,20 @@ def serve_command(
     check: Annotated[
         bool, typer.Option("--check", help="Only validate the config (settings) and exit.")
     ] = False,
+    role: Annotated[
+        str,
+        typer.Option(
+            help="scorer: score (and repartition, if repartition.in_process); "
+            "repartition: only the repartition stage, no model (docs/serve.md)."
+        ),
+    ] = "scorer",
 ) -> None:
     """Serve live from Kafka: score every line, hand anomalies off, commit offsets after hand-off."""
     from logstream.serve import main as serve_main  # imports aiokafka only for this command
 
-    raise typer.Exit(serve_main(config, check=check))
+    if role not in ("scorer", "repartition"):
+        raise typer.BadParameter(f"{role!r}: expected scorer or repartition", param_hint="--role")
+    raise typer.Exit(serve_main(config, check=check, role=role))
 
 
 @app.command("tail")

@@ -333,6 +333,34 @@ class StreamingEngine:
         if state is not None:
             self.free_slots.append(state.slot)
 
+    def tokens(self, stream: str) -> list[int]:
+        """The stream's last L token ids, the input a rebuild replays; [] for an unknown stream."""
+        if stream in self.streams:
+            return list(self.streams[stream].recent)
+        if stream in self.offloaded:
+            return list(self.offloaded[stream][0].recent)
+        return list(self.evicted.get(stream, ()))
+
+    def rebuild(self, streams: dict[str, list[int]]) -> None:
+        """Set streams up from their last token ids (a restore from the changelog).
+
+        `streams` is least recently used first. The last `max_streams` are re-encoded now
+        (their first line then costs what any line costs); the others are kept as evicted
+        streams, re-encoded with their next line, as an LRU eviction would have left them.
+        Exact while a stream's history fits the window; past it, the oldest replayed
+        tokens lose the context they had (the same approximation as an eviction).
+        """
+        names = [s for s in streams if streams[s]]
+        for stream in streams:
+            self.drop(stream)
+        eager = names[-self.max_streams :]
+        for stream in names[: -self.max_streams]:  # [] when all fit
+            self.evicted[stream] = deque(streams[stream][-self.window :], maxlen=self.window)
+        while len(self.evicted) > 16 * self.max_streams:  # the eviction bound (_evict_lru)
+            self.evicted.popitem(last=False)
+        if eager:  # the first token's NLL (against the sinks) is computed and dropped
+            self._score_group({s: [streams[s][-self.window :]] for s in eager})
+
     def end_nll(self, stream: str, token_id: int) -> float:
         """Surprisal of `token_id` (end of stream) as the stream's next token."""
         state = self.streams.get(stream)

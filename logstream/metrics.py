@@ -61,6 +61,29 @@ TRACKED_STREAM_EVICTIONS = Counter(
     "logstream_tracked_stream_evictions",
     "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",
 )
+# state that follows its partition (logstream/changelog.py) and affinity (consumers/repartition.py)
+CHANGELOG_WRITES = Counter(
+    "logstream_changelog_writes", "Stream states written to the changelog topic.", ["outcome"]
+)
+RESTORE_SECONDS = Histogram(
+    "logstream_restore_seconds",
+    "Time to restore assigned partitions' streams from the changelog (read + re-encode).",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+RESTORED_STREAMS = Counter("logstream_restored_streams", "Streams restored from the changelog.")
+CHANGELOG_SKIPPED_LINES = Counter(
+    "logstream_changelog_skipped_lines",
+    "Re-delivered lines skipped: a restored state already covered them (scored, handed off).",
+)
+COLD_LINES = Counter(
+    "logstream_cold_start_suppressed",
+    "Anomalies held back by the cold-start policy (the stream had too little context).",
+)
+SPLIT_STREAMS = Counter(
+    "logstream_split_streams",
+    "Streams seen on more than one partition (their context is split: repartition or key by stream).",
+)
+REPARTITIONED = Counter("logstream_repartitioned", "Messages forwarded by the repartition stage.")
 
 
 def _always() -> bool:

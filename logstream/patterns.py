@@ -126,6 +126,16 @@ class RecentPatterns:
     def drop(self, stream: str) -> None:
         self._streams.pop(stream, None)
 
+    def recent(self, stream: str) -> list[int]:
+        """The stream's last `window` template ids, oldest first (what `restore` takes)."""
+        return list(self._streams[stream][0]) if stream in self._streams else []
+
+    def restore(self, stream: str, templates: list[int]) -> None:
+        """Set a stream's recent template ids (oldest first), as `add` would have left them."""
+        self.drop(stream)
+        for template in templates[-self.window :] if self.window > 0 else []:
+            self.add(stream, template)
+
     def clear(self) -> None:
         self._streams.clear()
 

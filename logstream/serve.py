@@ -21,7 +21,9 @@ pod that would otherwise commit offsets and alert nobody.
 
 Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
-fetching resumes. SIGTERM/SIGINT: stop fetching, finish the batch being
+fetching resumes. With `state.changelog_topic`, streams' state is written before each
+commit and restored on assign before fetching (logstream/changelog.py); with
+`repartition.topic`, the scorer reads that topic (consumers/repartition.py). SIGTERM/SIGINT: stop fetching, finish the batch being
 scored, commit, leave the group, all within `shutdown_grace_seconds`.
 """
 
@@ -50,8 +52,15 @@ from logstream.alerts.config import load_config
 from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
+from logstream.changelog import Changelog, StreamBook
 from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
+from logstream.consumers.repartition import (
+    Repartitioner,
+    prepare_topic,
+    scorer_inputs,
+    serve_repartition,
+)
 from logstream.detector import Detector, ScoredLine
 from logstream.metrics import (
     ACTIVE_STREAMS,
@@ -63,6 +72,8 @@ from logstream.metrics import (
     LINE_SCORE,
     LINES,
     PAUSED_PARTITIONS,
+    RESTORE_SECONDS,
+    RESTORED_STREAMS,
     SCORE_SECONDS,
     TEMPLATES,
     THRESHOLD,
@@ -127,7 +138,13 @@ class Service:
         self.audit = audit
         self.rejects = RejectLog()
         self.context = LineContext()  # lines around an anomaly, for its alert
-        self.source = KafkaSource(settings.kafka, RecordParser(settings.input), self.rejects, _Listener(self))
+        kafka, inputs = scorer_inputs(settings)  # the repartition topic, when there is one
+        self.source = KafkaSource(kafka, RecordParser(inputs), self.rejects, _Listener(self))
+        # per-stream counters (cold start, split streams) and, with a changelog, their state
+        self.book = StreamBook(settings.state, settings.max_tracked_streams)
+        self.changelog = (
+            Changelog(kafka, settings.state, kafka.topics) if settings.state.changelog_topic else None
+        )
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstream-score")
         self._queue: asyncio.Queue[Batch] = asyncio.Queue()
         self._inflight = 0  # lines queued or being scored
@@ -140,9 +157,16 @@ class Service:
         # stream -> monotonic time of its last line, least recently seen first (idle closing only)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
         self._current: asyncio.Future[None] | None = None  # the scorer's work in progress
+        self._next_commit = 0.0  # with a changelog, commits (and its writes) are this far apart
+        # cleared while assigned partitions' streams are restored: a fetch already in flight
+        # can return their lines, which must not be scored before their state is back
+        self._restored = asyncio.Event()
+        self._restored.set()
 
     async def run(self, stop: asyncio.Event) -> bool:
         """Serve until `stop` is set; then shut down gracefully. False if the grace ran out."""
+        if self.changelog is not None:
+            await self.changelog.start()
         await self.source.start()
         fetcher = asyncio.create_task(self._fetch_loop(), name="fetcher")
         scorer = asyncio.create_task(self._score_loop(), name="scorer")
@@ -180,7 +204,9 @@ class Service:
             await self._current  # the batch being scored: finish, hand off, commit
         self._drained.set()  # nothing left for a last revoke to wait for
         await self._commit()
-        await self.source.stop()
+        await self.source.stop()  # its last revoke writes the changelog and commits
+        if self.changelog is not None:
+            await self.changelog.stop()
         self._worker.shutdown(wait=True)
         log.info("stopped", dropped_unscored_messages=dropped)
 
@@ -189,6 +215,8 @@ class Service:
             await self._may_fetch.wait()
             batch = await self.source.fetch()
             if not batch.messages:
+                if self.changelog is not None and self._processed and self._queue.empty():
+                    self._queue.put_nowait(batch)  # quiet: the scorer commits once it is due
                 continue
             self._inflight += len(batch.records)
             self._drained.clear()
@@ -209,6 +237,7 @@ class Service:
             except TimeoutError:
                 work = loop.run_in_executor(self._worker, self._close_idle_streams)
             else:
+                await self._restored.wait()
                 self._coalesce(batch)
                 work = asyncio.ensure_future(self._handle(batch))
             # shielded: a shutdown cancels this loop, but `_shutdown` awaits the work to its end
@@ -231,7 +260,8 @@ class Service:
         if batch.records:
             await loop.run_in_executor(self._worker, self._score_and_hand_off, batch)
         self._processed.update(batch.next_offsets)
-        await self._commit()
+        if self.changelog is None or time.monotonic() >= self._next_commit:
+            await self._commit()
         self.source.record_lag(batch.next_offsets)
         self._inflight -= len(batch.records)
         INFLIGHT_LINES.set(self._inflight)
@@ -245,8 +275,9 @@ class Service:
 
     def _score_and_hand_off(self, batch: Batch) -> None:
         """Worker thread: score, hand anomalies to the sink (durable on return), audit."""
+        records = [r for r in batch.records if not self.book.already_scored(r)]
         started = time.perf_counter()
-        scored = self.detector.score(batch.records)
+        scored = self.book.observe(self.detector, self.detector.score(records)) if records else []
         SCORE_SECONDS.observe(time.perf_counter() - started)
         now = time.monotonic()
         if self.settings.stream_idle_seconds is not None:
@@ -283,6 +314,7 @@ class Service:
         for stream in quiet:
             del self._last_seen[stream]
             end = self.detector.close(stream)
+            self.book.closed(stream)
             if end is not None:
                 ends.append(end)
         TRACKED_STREAMS.set(len(self._last_seen))
@@ -305,11 +337,55 @@ class Service:
 
     async def _commit(self) -> None:
         offsets = dict(self._processed)
+        if self.changelog is not None:
+            if not await self._write_changelog():
+                return  # state goes before the offsets it covers (logstream/changelog.py)
+            self._next_commit = time.monotonic() + self.settings.state.changelog_interval_seconds
         if offsets and await self.source.commit(offsets):
             # offsets handed off while the commit was in flight stay for the next one
             for tp, offset in offsets.items():
                 if self._processed.get(tp) == offset:
                     del self._processed[tp]
+
+    async def _write_changelog(self) -> bool:
+        """The states of streams scored since the last write (taken on the worker, between
+        batches), acknowledged; False if the write failed (they go again with the next)."""
+        assert self.changelog is not None
+        loop = asyncio.get_running_loop()
+        states, closed = await loop.run_in_executor(self._worker, self.book.take_changes, self.detector)
+        if not states and not closed:
+            return True
+        if await self.changelog.write(states, closed):
+            return True
+        self.book.give_back(states, closed)
+        return False
+
+    async def _restore(self, assigned: set[TopicPartition]) -> None:
+        """Streams of the assigned partitions from the changelog, re-encoded, before fetching."""
+        assert self.changelog is not None
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        sources = {f"{tp.topic}/{tp.partition}" for tp in assigned}
+        dropped = await loop.run_in_executor(
+            self._worker, self.book.forget_unassigned, self.detector, sources
+        )
+        try:
+            states = await self.changelog.read(sources)
+        except KafkaError as exc:
+            log.error("changelog restore failed: these partitions' streams start cold", error=str(exc))
+            return
+        restored = await loop.run_in_executor(self._worker, self.book.restore, self.detector, states)
+        if self.settings.stream_idle_seconds is not None:
+            now = time.monotonic()
+            for state in states:
+                self._last_seen[state.stream] = now
+        seconds = time.perf_counter() - started
+        RESTORED_STREAMS.inc(restored)
+        RESTORE_SECONDS.observe(seconds)
+        log.info(
+            "streams restored from the changelog",
+            restored=restored, records=len(states), dropped=dropped, seconds=round(seconds, 3),
+        )  # fmt: skip
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Finish what is queued, commit it, then let the partitions go."""
@@ -321,9 +397,16 @@ class Service:
         log.info("partitions revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Fresh partitions start unpaused; streams set up lazily on their first line."""
+        """Fresh partitions start unpaused; their streams are restored from the changelog if
+        there is one, else set up on their first line."""
         self._paused = False
         self.source.assigned(assigned)
+        if self.changelog is not None:
+            self._restored.clear()
+            try:
+                await self._restore(assigned)
+            finally:
+                self._restored.set()
         PAUSED_PARTITIONS.set(0)
         ASSIGNED_PARTITIONS.set(len(assigned))
         self.health.partitions_assigned = bool(assigned)
@@ -392,7 +475,16 @@ async def serve(settings: ServeSettings) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        if not await Service(settings, detector, sink, health, audit).run(stop):
+        stage = None
+        if settings.repartition.topic is not None:
+            await prepare_topic(settings)
+        if settings.repartition.topic is not None and settings.repartition.in_process:
+            stage = asyncio.create_task(Repartitioner(settings).run(stop), name="repartition")
+            stage.add_done_callback(lambda _: stop.set())  # a stage that died stops serve too
+        graceful = await Service(settings, detector, sink, health, audit).run(stop)
+        if stage is not None:
+            await stage  # raises if it died: a bug or Kafka gone, exit non-zero
+        if not graceful:
             # the worker may be stuck in a batch: exit now, as the grace promised (what was
             # handed off is durable; the rest is uncommitted and will be re-delivered)
             os._exit(1)
@@ -405,9 +497,19 @@ async def serve(settings: ServeSettings) -> int:
         server.shutdown()
 
 
-def main(config_path: Path | str | None, check: bool = False) -> int:
-    """`logstream serve --config FILE [--check]`: the exit status. Settings, routes, model and
-    outbox errors are `UserError`s, which the CLI prints as one line with exit 2."""
+async def _repartition_only(settings: ServeSettings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await serve_repartition(settings, stop)
+    return 0
+
+
+def main(config_path: Path | str | None, check: bool = False, role: str = "scorer") -> int:
+    """`logstream serve --config FILE [--check] [--role scorer|repartition]`: the exit status.
+    Settings, routes, model and outbox errors are `UserError`s, which the CLI prints as one
+    line with exit 2."""
     settings = load_settings(config_path)
     if check:
         if settings.sink.kind == "alerts" and settings.sink.routes is not None:
@@ -415,8 +517,10 @@ def main(config_path: Path | str | None, check: bool = False) -> int:
         print(f"config ok: {config_path}", file=sys.stderr)
         return 0
     configure_logging(settings.log_format, settings.log_level)
+    if role == "repartition" and settings.repartition.topic is None:
+        raise SettingsError("--role repartition needs repartition.topic")
     try:
-        return asyncio.run(serve(settings))
+        return asyncio.run(_repartition_only(settings) if role == "repartition" else serve(settings))
     except KafkaError as exc:
         print(f"error: kafka: {exc}", file=sys.stderr)
         return 1

@@ -197,6 +197,48 @@ class SinkSettings(_Section):
         return self
 
 
+class StateSettings(_Section):
+    """Stream state across rebalances and restarts, and streams without any (docs/serve.md).
+
+    `changelog_topic`: a compacted topic (created if missing) that keeps each stream's last
+    tokens and counters, written before offsets are committed and read when a partition is
+    assigned, so the stream's new owner resumes with its context. None = off (cold restarts).
+    """
+
+    changelog_topic: str | None = Field(default=None, min_length=1)
+    # Partitions when serve creates it; None = as many as the input topic with the most.
+    changelog_partitions: int | None = Field(default=None, gt=0)
+    # Replication factor when serve creates it; -1 = the broker's default.
+    changelog_replication: int = Field(default=-1, ge=-1)
+    # With a changelog, offsets are committed (each after the changelog write that covers
+    # them) at most this often: a stream is written once per interval, whatever its lines.
+    changelog_interval_seconds: float = Field(default=5.0, ge=0)
+    # A restore whose read takes longer gives up (logged): those streams start cold.
+    restore_timeout_seconds: float = Field(default=120.0, gt=0)
+    # Cold start: a stream with fewer scored lines than this (restored ones count) raises no
+    # alert; its lines are still scored and fill its context. 0 = alert from the first line.
+    min_context_lines: int = Field(default=0, ge=0)
+    # ... or, if set, alerts only above this stricter threshold (-log10 p) until then.
+    cold_threshold: float | None = Field(default=None, ge=0)
+
+
+class RepartitionSettings(_Section):
+    """Affinity when producers do not key by stream (docs/serve.md "Repartitioning").
+
+    With `topic` set, a stage reads `kafka.topics` (the raw topic), takes each message's
+    stream key as `input` says and produces the message unchanged to `topic` keyed by it
+    (idempotent, acks=all; its input is committed only once the copies are acknowledged);
+    the scorer then consumes `topic` with the message key as the stream.
+    """
+
+    topic: str | None = Field(default=None, min_length=1)
+    # Run the stage inside `logstream serve` too (else: `logstream serve --role repartition`).
+    in_process: bool = True
+    group_id: str = Field(default="logstream-repartition", min_length=1)
+    # Partitions when serve creates the topic; None = as many as the raw topic with the most.
+    partitions: int | None = Field(default=None, gt=0)
+
+
 class HttpSettings(_Section):
     """/healthz, /readyz and /metrics."""
 
@@ -205,7 +247,7 @@ class HttpSettings(_Section):
 
 
 class ServeSettings(BaseSettings):
-    """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http."""
+    """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http, state, repartition."""
 
     model_config = SettingsConfigDict(
         env_prefix="LOGSTREAM_",
@@ -219,6 +261,8 @@ class ServeSettings(BaseSettings):
     input: InputSettings = InputSettings()
     sink: SinkSettings = SinkSettings()
     http: HttpSettings = HttpSettings()
+    state: StateSettings = StateSettings()
+    repartition: RepartitionSettings = RepartitionSettings()
     # Lines fetched but not yet committed; above it partitions are paused.
     max_inflight_lines: int = Field(default=2_048, gt=0)
     # SIGTERM/SIGINT: time to finish the batch, commit and leave the group.

@@ -1141,3 +1141,47 @@ def test_dashboard_queries_parse_with_promtool(helm: str, promtool: str, tmp_pat
     result = _run([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(exprs)} rules found" in result.stdout
+
+
+def _by_component(objects: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    matches = [
+        obj
+        for obj in objects
+        if obj["kind"] == "Deployment"
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    assert len(matches) == 1, f"expected one {component} Deployment, got {len(matches)}"
+    return matches[0]
+
+
+def test_repartition_stage_runs_in_its_own_deployment(
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """repartition.enabled: a second Deployment runs `serve --role repartition` without the
+    model or a GPU, selecting only its own pods; the scorers' config no longer runs the stage
+    in process, validates, and the KEDA trigger watches the repartition topic they consume."""
+    objects = render(helm, [CHART / "ci" / "repartition-values.yaml"], ["gpu.enabled=true"])
+    stage = _by_component(objects, "repartition")
+    scorer = _by_component(objects, "detector")
+    pod = stage["spec"]["template"]["spec"]
+    [box] = pod["containers"]
+    assert box["args"][-2:] == ["--role", "repartition"]
+    assert {v["name"] for v in pod["volumes"]} == {"config", "tmp"}
+    assert "nvidia.com/gpu" not in json.dumps(pod)
+    assert stage["spec"]["replicas"] == 2
+    assert stage["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "repartition"
+    assert stage["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "repartition"
+    assert "--role" not in scorer["spec"]["template"]["spec"]["containers"][0]["args"]
+    config = tmp_path / "serve.yaml"
+    config.write_text(config_map(objects)["data"]["serve.yaml"], encoding="utf-8")
+    settings = load_settings(config)
+    assert settings.repartition.topic == "logs-by-stream" and not settings.repartition.in_process
+    assert settings.state.changelog_topic == "logstream-changelog"
+    assert one(objects, "ScaledObject")["spec"]["triggers"][0]["metadata"]["topic"] == "logs-by-stream"
+
+
+def test_repartition_without_its_topic_fails_rendering(helm: str) -> None:
+    """repartition.enabled without config.serve.repartition.topic fails with the fix named."""
+    result = _run(_template_args(helm, [], ["repartition.enabled=true"]))
+    assert result.returncode != 0
+    assert "config.serve.repartition.topic" in result.stderr

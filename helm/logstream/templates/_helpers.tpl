@@ -97,8 +97,9 @@ Where the ConfigMap (serve.yaml, alerts.yaml) is mounted in the container.
 
 {{/*
 The serve config as a YAML document: files/serve.yaml, deep-merged with config.serve, and the
-paths the chart owns: model.dir, model.device on GPU pods, and sink.routes (the mounted
-alerts.yaml) when sink.kind is "alerts". Every template that needs a setting (the http port,
+paths the chart owns: model.dir, model.device on GPU pods, sink.routes (the mounted
+alerts.yaml) when sink.kind is "alerts", and repartition.in_process (false when the stage
+has its own Deployment). Every template that needs a setting (the http port,
 the consumer group, the brokers) reads it from here, so the ConfigMap, the probes and the
 KEDA trigger cannot disagree.
 */}}
@@ -115,6 +116,11 @@ KEDA trigger cannot disagree.
 {{- if eq (get $sink "kind") "alerts" }}
 {{- $_ := set $sink "routes" (printf "%s/alerts.yaml" (include "logstream.configDir" .)) }}
 {{- $_ := set $config "sink" $sink }}
+{{- end }}
+{{- if .Values.repartition.enabled }}
+{{- $repartition := get $config "repartition" | default dict }}
+{{- $_ := set $repartition "in_process" false }}
+{{- $_ := set $config "repartition" $repartition }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}
@@ -236,6 +242,10 @@ Reject value combinations that the schema cannot express; included by the worklo
 {{- $grace := include "logstream.shutdownGraceSeconds" . | int }}
 {{- if le (include "logstream.terminationGracePeriodSeconds" . | int) $grace }}
 {{- fail (printf "terminationGracePeriodSeconds (%s) must be longer than serve's shutdown grace, %d s (config.serve.shutdown_grace_seconds, plus config.alerts delivery.shutdown_grace with the alerts sink): the kubelet would SIGKILL serve before it commits and drains the alert outbox. Leave it empty for %d." (include "logstream.terminationGracePeriodSeconds" .) $grace (add $grace 10)) }}
+{{- end }}
+{{- $repartition := get (include "logstream.serveConfig" . | fromYaml) "repartition" | default dict }}
+{{- if and .Values.repartition.enabled (not (get $repartition "topic")) }}
+{{- fail "repartition.enabled needs config.serve.repartition.topic (the topic keyed by stream that the scoring pods consume)." }}
 {{- end }}
 {{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
 {{- fail "model.source initContainer needs model.initContainer.image.repository." }}

@@ -1,0 +1,418 @@
+"""A measured rebalance: false alarms, lag and restore time when `serve` replicas move.
+
+Two parts, both on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first):
+
+`restore`: how long the changelog restore takes per 1,000 streams. It writes N stream
+states (L random token ids each, the tiny model's vocabulary) to a changelog topic, then
+times what `serve` does on assignment: `Changelog.read` (the topic -> the latest state per
+stream) and `StreamBook.restore` (serve's engine: the most recent 64 streams re-encoded,
+the rest parked), and separately the re-encoding of one stream at L (engine only, all
+streams re-encoded), scaled to 1,000.
+
+`moves`: a steady producer of synthetic logs (logstream/synth.py) with injected incidents,
+`--clusters` copies of the generator, each host a stream keyed by `c<j>-<host>` (so keys
+hash over the partitions). Replicas of `serve` move on a schedule: 1 -> 2 at 20%, a kill -9
+of one (restarted at once, as a pod would be) at 40%, 2 -> 4 at 60%, 4 -> 2 at 80%. The
+same messages are scored by a single replica that never moves (the reference), and the
+moves run once with the changelog and once without. Reported per run: incidents found,
+false alarms (flagged normal lines) in all and among lines produced in the `--window`
+seconds after each move, the largest lag after each move (the group's end offsets minus its
+committed offsets, sampled every 0.5 s), and the restore times serve logged.
+
+    .venv/bin/python benchmarks/rebalance.py restore [--streams 1000] [--window 2048]
+    .venv/bin/python benchmarks/rebalance.py moves [--seconds 100] [--rate 30] [--model DIR]
+
+The last stdout line is the report as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # replicas and the broker share the cores
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import httpx  # noqa: E402 - after the path inserts, like the imports below
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+from aiokafka import AIOKafkaProducer  # noqa: E402
+from chaos import train_model  # noqa: E402
+from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port  # noqa: E402
+
+from logstream.changelog import Changelog, StreamBook, StreamState  # noqa: E402
+from logstream.detector import Detector  # noqa: E402
+from logstream.settings import KafkaSettings, StateSettings  # noqa: E402
+from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines  # noqa: E402
+
+WAIT_S = 300.0
+PARTITIONS = 4
+SCHEDULE = ((0.2, "1 -> 2"), (0.4, "kill -9"), (0.6, "2 -> 4"), (0.8, "4 -> 2"))
+
+
+# -- restore ------------------------------------------------------------------------------------
+
+
+async def _restore_bench(broker: KafkaBroker, model: Path, streams: int, window: int) -> dict[str, Any]:
+    kafka = KafkaSettings(bootstrap_servers=broker.bootstrap, topics=["logs"])
+    state = StateSettings(changelog_topic="bench-changelog", changelog_partitions=1)
+    changelog = Changelog(kafka, state, ["logs"])
+    await changelog.start()
+    detector = Detector.load(model, window=window)
+    rng = np.random.default_rng(0)
+    vocab = detector.tokenizer.vocab_size
+    states = [
+        StreamState(
+            f"s{i}", detector.model_id, "logs/0", 1, 100, float(i), rng.integers(3, vocab, window).tolist()
+        )
+        for i in range(streams)
+    ]
+    record_bytes = len(states[0].encode())
+    for start in range(0, streams, 500):
+        assert await changelog.write(states[start : start + 500], {})
+    try:
+        started = time.perf_counter()
+        read = await changelog.read({"logs/0"})
+        read_s = time.perf_counter() - started
+    finally:
+        await changelog.stop()
+    assert len(read) == streams
+    started = time.perf_counter()
+    StreamBook(state, 10 * streams).restore(detector, read)  # serve's engine: 64 re-encoded
+    serve_restore_s = time.perf_counter() - started
+    sample = read[: detector.engine.max_streams]
+    started = time.perf_counter()
+    detector.engine.rebuild({s.stream: s.tokens for s in sample})
+    per_stream_s = (time.perf_counter() - started) / len(sample)
+    return {
+        "streams": streams,
+        "window": window,
+        "record_bytes": record_bytes,
+        "read_s": round(read_s, 3),
+        "serve_restore_s": round(serve_restore_s, 3),
+        "reencode_per_stream_ms": round(1000 * per_stream_s, 2),
+        "reencode_all_per_1000_s": round(1000 * per_stream_s, 2),
+        "read_per_1000_s": round(1000 * read_s / streams, 3),
+    }
+
+
+# -- moves --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Message:
+    key: bytes
+    value: bytes
+    label: int
+    sent: float = 0.0  # seconds from the start, once produced
+    partition: int = -1
+    offset: int = -1
+
+
+def plan(clusters: int, lines: int, seed: int) -> list[Message]:
+    """`clusters` synthetic systems with every incident kind, interleaved line by line."""
+    logs = [
+        generate_lines(lines // clusters, seed=seed + j, incidents=INCIDENT_KINDS, incident_start=0.1)
+        for j in range(clusters)
+    ]
+    out = []
+    for i in range(max(len(log.lines) for log in logs)):
+        for j, log in enumerate(logs):
+            if i < len(log.lines):
+                host = re.search(STREAM_KEY, log.lines[i]).group(1)
+                out.append(Message(f"c{j}-{host}".encode(), log.lines[i].encode(), log.labels[i]))
+    return out
+
+
+async def produce_steadily(
+    bootstrap: str, topic: str, messages: list[Message], rate: float, t0: float
+) -> None:
+    """Message i at t0 + i / rate (or at once when rate is 0); records partition and offset."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        for i, message in enumerate(messages):
+            if rate:
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            meta = await (await producer.send(topic, message.value, key=message.key))
+            if message.offset >= 0:  # a later run of the same messages must land where the first did
+                assert (meta.partition, meta.offset) == (message.partition, message.offset)
+            message.sent, message.partition, message.offset = (
+                time.monotonic() - t0,
+                meta.partition,
+                meta.offset,
+            )
+    finally:
+        await producer.stop()
+
+
+class Replica:
+    """A `logstream serve` subprocess with its own audit log and port."""
+
+    def __init__(self, work: Path, name: str, broker: KafkaBroker, model: Path, topic: str, group: str,
+                 changelog: str | None, false_alarm_rate: float | None) -> None:  # fmt: skip
+        self.port = free_port()
+        self.audit = work / f"audit-{name}.jsonl"
+        self.log = work / f"serve-{name}.log"
+        config: dict[str, Any] = {
+            "model": {"dir": str(model), "threads": 1, "false_alarm_rate": false_alarm_rate},
+            "kafka": {
+                "bootstrap_servers": broker.bootstrap, "topics": [topic], "group_id": group,
+                "max_poll_records": 64, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000,
+            },
+            "sink": {"kind": "jsonl", "path": str(work / f"anomalies-{name}.jsonl")},
+            "http": {"host": "127.0.0.1", "port": self.port},
+            "audit_log": str(self.audit),
+            "log_format": "json",
+            "state": {"changelog_topic": changelog} if changelog else {},
+        }  # fmt: skip
+        self.config = work / f"serve-{name}.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Replica:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "logstream.cli", "serve", "--config", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return self
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=WAIT_S)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=WAIT_S)
+
+    def scores(self) -> dict[tuple[int, int], tuple[float, bool]]:
+        """(partition, offset) -> (score, flagged) of each line in the audit log (a line scored
+        again after a kill -9 keeps its last score)."""
+        out = {}
+        for line in self.audit.read_text().splitlines() if self.audit.exists() else []:
+            if line.endswith("}"):
+                entry = json.loads(line)
+                if entry["kind"] == "line":
+                    where = (int(entry["source"].rsplit("/", 1)[1]), entry["offset"])
+                    out[where] = (entry["score"], entry["anomaly"])
+        return out
+
+    def restores(self) -> list[float]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
+            if line.startswith("{") and "streams restored from the changelog" in line:
+                out.append(json.loads(line)["seconds"])
+        return out
+
+
+def wait(condition: Any, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def lag(broker: KafkaBroker, topic: str, group: str) -> int:
+    ends = asyncio.run(end_offsets(broker.bootstrap, topic, range(PARTITIONS)))
+    try:
+        committed = asyncio.run(committed_offsets(broker.bootstrap, group))
+    except Exception:  # the coordinator moving during a rebalance: no sample
+        return -1
+    return sum(max(end - committed.get((topic, p), 0), 0) for p, end in ends.items())
+
+
+@dataclass
+class RunReport:
+    name: str
+    incidents_found: int = 0
+    incidents: int = 0
+    false_alarms: int = 0
+    false_alarms_after_moves: dict[str, int] = field(default_factory=dict)
+    max_lag_after_moves: dict[str, int] = field(default_factory=dict)
+    catch_up_s: float = 0.0
+    restore_s: list[float] = field(default_factory=list)
+    moves_at_s: dict[str, float] = field(default_factory=dict)
+    reference_false_alarms_after_moves: dict[str, int] = field(default_factory=dict)
+    score_drift_after_moves: dict[str, float] = field(default_factory=dict)
+    flagged: set[tuple[int, int]] = field(default_factory=set)
+
+
+Scores = dict[tuple[int, int], tuple[float, bool]]
+
+
+def score_run(name: str, messages: list[Message], scores: Scores, moves: dict[str, float], window: float,
+              reference: Scores | None = None) -> RunReport:  # fmt: skip
+    """Incidents found and false alarms; per move, those among lines produced in the `window`
+    seconds after it, and (against `reference`) the mean |score - reference score| there."""
+    flagged = {where for where, (_, anomaly) in scores.items() if anomaly}
+    report = RunReport(name, flagged=flagged, moves_at_s={m: round(t, 1) for m, t in moves.items()})
+    for m in messages:
+        hit = (m.partition, m.offset) in flagged
+        report.incidents += m.label
+        report.incidents_found += m.label and hit
+        report.false_alarms += (not m.label) and hit
+    for move, at in moves.items():
+        after = [(m.partition, m.offset) for m in messages if not m.label and at <= m.sent < at + window]
+        report.false_alarms_after_moves[move] = sum(1 for where in after if where in flagged)
+        if reference is not None:
+            drift = [abs(scores[w][0] - reference[w][0]) for w in after if w in scores and w in reference]
+            report.score_drift_after_moves[move] = round(float(np.mean(drift)), 4) if drift else 0.0
+    return report
+
+
+def run_moves(broker: KafkaBroker, model: Path, work: Path, messages: list[Message], args: argparse.Namespace,
+              changelog: bool, reference: Scores) -> RunReport:  # fmt: skip
+    name = "changelog" if changelog else "no changelog"
+    tag = f"moves-{'cl' if changelog else 'cold'}-{int(time.time())}"
+    topic, group = f"{tag}-logs", f"{tag}-group"
+    asyncio.run(create_topic(broker.bootstrap, topic, PARTITIONS))
+    replicas = [Replica(work, f"{tag}-{i}", broker, model, topic, group, f"{tag}-changelog" if changelog else None,
+                        args.false_alarm_rate) for i in range(4)]  # fmt: skip
+    replicas[0].start()
+    wait(replicas[0].ready, "the first replica")
+    t0 = time.monotonic()
+    producer = threading.Thread(
+        target=lambda: asyncio.run(produce_steadily(broker.bootstrap, topic, messages, args.rate, t0))
+    )
+    producer.start()
+    moves: dict[str, float] = {}
+    max_lag: dict[str, int] = {}
+    current = None
+    for share, move in SCHEDULE:
+        at = share * args.seconds
+        while time.monotonic() - t0 < at:
+            if current is not None:
+                max_lag[current] = max(max_lag[current], lag(broker, topic, group))
+            time.sleep(0.5)
+        moves[move], current = time.monotonic() - t0, move
+        max_lag[move] = 0
+        if move == "1 -> 2":
+            replicas[1].start()
+        elif move == "kill -9":
+            replicas[1].kill()
+            replicas[1].start()
+        elif move == "2 -> 4":
+            replicas[2].start()
+            replicas[3].start()
+        else:
+            replicas[2].stop()
+            replicas[3].stop()
+    while producer.is_alive():
+        max_lag[current] = max(max_lag[current], lag(broker, topic, group))
+        time.sleep(0.5)
+    producer.join()
+    done = time.monotonic()
+    wait(lambda: lag(broker, topic, group) == 0, "the replicas to catch up")
+    catch_up = time.monotonic() - done
+    for replica in replicas:
+        replica.stop()
+    scores: Scores = {}
+    for replica in replicas:
+        scores |= replica.scores()
+    report = score_run(name, messages, scores, moves, args.window, reference)
+    same_windows = score_run("reference", messages, reference, moves, args.window)
+    report.reference_false_alarms_after_moves = same_windows.false_alarms_after_moves
+    report.max_lag_after_moves, report.catch_up_s = max_lag, round(catch_up, 1)
+    report.restore_s = [s for r in replicas for s in r.restores()]
+    return report
+
+
+def run_reference(
+    broker: KafkaBroker, model: Path, work: Path, messages: list[Message], false_alarm_rate: float | None
+) -> Scores:
+    """One replica, no moves, the same messages (same keys, so the same partitions and offsets)."""
+    tag = f"reference-{int(time.time())}"
+    topic, group = f"{tag}-logs", f"{tag}-group"
+    asyncio.run(create_topic(broker.bootstrap, topic, PARTITIONS))
+    asyncio.run(produce_steadily(broker.bootstrap, topic, messages, 0, time.monotonic()))
+    replica = Replica(work, tag, broker, model, topic, group, None, false_alarm_rate).start()
+    wait(lambda: lag(broker, topic, group) == 0, "the reference replica")
+    replica.stop()
+    return replica.scores()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="part", required=True)
+    restore = sub.add_parser("restore", help="restore time per 1,000 streams")
+    restore.add_argument("--streams", type=int, default=1000)
+    restore.add_argument("--window", type=int, default=2048, help="L, token ids per stream")
+    moves = sub.add_parser("moves", help="false alarms and lag around replica moves")
+    moves.add_argument("--seconds", type=float, default=100.0, help="how long lines are produced")
+    moves.add_argument("--rate", type=float, default=30.0, help="lines per second")
+    moves.add_argument("--clusters", type=int, default=8, help="synthetic systems (7 streams each)")
+    moves.add_argument("--window", type=float, default=10.0, help="seconds after a move counted")
+    moves.add_argument("--seed", type=int, default=1)
+    moves.add_argument("--false-alarm-rate", type=float, default=None, help="serve's (default: the model's)")
+    for p in (restore, moves):
+        p.add_argument("--model", type=Path, default=None, help="a model dir (default: train the tests' one)")
+    args = parser.parse_args()
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="logstream-rebalance-") as tmp:
+        work = Path(tmp)
+        model = args.model or train_model(work / "model")
+        broker = KafkaBroker(work / "kafka")
+        broker.start()
+        try:
+            if args.part == "restore":
+                result: dict[str, Any] = asyncio.run(_restore_bench(broker, model, args.streams, args.window))
+            else:
+                messages = plan(args.clusters, int(args.seconds * args.rate), args.seed)
+                # the reference first: its produce fixes each message's partition and offset,
+                # which the moving runs' fresh topics repeat (same keys, same order)
+                reference = run_reference(broker, model, work, messages, args.false_alarm_rate)
+                base = score_run("single replica, no moves", messages, reference, {}, args.window)
+                result = {"reference": asdict(base) | {"flagged": len(base.flagged)}, "runs": []}
+                for changelog in (True, False):
+                    run = run_moves(broker, model, work, messages, args, changelog, reference)
+                    result["runs"].append(
+                        asdict(run)
+                        | {
+                            "flagged": len(run.flagged),
+                            "same_as_reference": len(run.flagged & base.flagged),
+                            "only_here": len(run.flagged - base.flagged),
+                            "only_in_reference": len(base.flagged - run.flagged),
+                        }
+                    )
+                    print(
+                        f"{run.name}: incidents {run.incidents_found}/{run.incidents}, false alarms "
+                        f"{run.false_alarms} (reference {base.false_alarms}), after moves "
+                        f"{run.false_alarms_after_moves} (reference {run.reference_false_alarms_after_moves}), "
+                        f"score drift {run.score_drift_after_moves}, max lag {run.max_lag_after_moves}, "
+                        f"catch-up {run.catch_up_s}s, restores {run.restore_s}"
+                    )
+        finally:
+            broker.stop()
+    print(json.dumps(result, default=list))
+
+
+if __name__ == "__main__":
+    main()

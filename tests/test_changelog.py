@@ -1,0 +1,144 @@
+"""State that follows its partition (logstream/changelog.py), in process: the record format,
+the engine's rebuild from token ids, the restore of a stream into another detector, the
+cold-start policy, split streams, and re-delivered lines a restored state already covers.
+The real-broker tests (a rebalance, a kill -9) are in tests/test_changelog_kafka.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from test_engine import tiny_llama
+
+from logstream.changelog import StreamBook, StreamState
+from logstream.detector import Detector
+from logstream.engine import StreamingEngine
+from logstream.metrics import SPLIT_STREAMS
+from logstream.records import LogRecord
+from logstream.settings import StateSettings
+from logstream.synth import STREAM_KEY, generate_lines
+
+ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown opcode in module qwzx"
+# Scores (-log10 p) of a restored stream's next lines against the same lines scored by a
+# detector that never lost it: the ring is rebuilt from the last L tokens, whose oldest
+# entries lose the context they had beyond the window (the approximation of an eviction).
+RESTORE_TOLERANCE = 0.15
+
+
+def records(lines: list[str], source: str = "logs/0", first_offset: int = 0) -> list[LogRecord]:
+    """Synthetic lines as Kafka records of their host's stream, at consecutive offsets."""
+    out = []
+    for i, line in enumerate(lines):
+        host = re.search(STREAM_KEY, line)
+        stream = host.group(1) if host else "default"
+        out.append(LogRecord(line, stream, source, first_offset + i, source_kind="kafka"))
+    return out
+
+
+def test_state_record_round_trips_in_uint16_and_int32() -> None:
+    """A state decodes to what was encoded; token ids past uint16 switch the record to int32."""
+    for tokens, size in (([1, 2, 65_535], 2), ([1, 70_000], 4)):
+        state = StreamState("web-1", "model@abc", "logs/3", 17, 42, 1.5, tokens, [7, 2**47], ["a <*>"])
+        value = state.encode()
+        assert StreamState.decode("web-1", value) == state
+        assert value.endswith(
+            torch.tensor(tokens).numpy().astype(f"<{'u2' if size == 2 else 'i4'}").tobytes()
+        )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"{}",
+        b"LSC1\x05\x00\x00\x00{bad}",
+        b"not a changelog record at all",
+        b'LSC1\x0d\x00\x00\x00{"dtype":"O"}',  # only uint16/int32 token ids
+    ],
+)
+def test_foreign_record_is_refused_with_a_reason(value: bytes) -> None:
+    """A value that is not a logstream state (another writer, a torn record) raises ValueError."""
+    with pytest.raises(ValueError, match="changelog record"):
+        StreamState.decode("s", value)
+
+
+def test_engine_rebuild_from_tokens_scores_as_if_never_left() -> None:
+    """A stream rebuilt from its token ids (history within the window) scores its next lines
+    as the engine that kept it does; streams beyond max_streams are parked, not re-encoded."""
+    model = tiny_llama(2)
+    history, after = [[5, 6, 7], [8, 9], [10, 11, 12, 13]], [[14, 15], [16, 17, 18]]
+    kept = StreamingEngine(model, [1], window=32, max_streams=2, chunk_tokens=8, device="cpu")
+    kept.score({"a": history})
+    moved = StreamingEngine(model, [1], window=32, max_streams=2, chunk_tokens=8, device="cpu")
+    moved.rebuild({"x": [3, 4], "y": [4, 5], "a": kept.tokens("a")})  # least recent first
+    assert list(moved.streams) == ["y", "a"] and list(moved.evicted) == ["x"]
+    want, got = kept.score({"a": after})["a"], moved.score({"a": after})["a"]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), atol=1e-4, rtol=1e-4)
+
+
+def test_restored_stream_scores_like_one_that_never_moved(synthetic_model_dir: Path) -> None:
+    """Streams written by one detector and restored into another score their next lines as
+    the detector that kept them does (within RESTORE_TOLERANCE), and a cold one does not."""
+    lines = records(generate_lines(400, seed=5).lines)
+    before, after = lines[:300], lines[300:]
+    kept = Detector.load(synthetic_model_dir)
+    kept.score(before)
+    want = kept.score(after)
+    first, book = Detector.load(synthetic_model_dir), StreamBook(StateSettings(), 1000)
+    book.observe(first, first.score(before))
+    states, _ = book.take_changes(first)
+    moved, restore_book = Detector.load(synthetic_model_dir), StreamBook(StateSettings(), 1000)
+    decoded = sorted((StreamState.decode(s.stream, s.encode()) for s in states), key=lambda s: s.seen)
+    assert restore_book.restore(moved, decoded) == len({r.stream for r in before})
+    got = moved.score(after)
+    cold = Detector.load(synthetic_model_dir).score(after)
+    assert max(abs(g.score - w.score) for g, w in zip(got, want, strict=True)) <= RESTORE_TOLERANCE
+    assert max(abs(c.score - w.score) for c, w in zip(cold, want, strict=True)) > RESTORE_TOLERANCE
+
+
+def test_cold_start_holds_alerts_back_until_min_context_lines(synthetic_model_dir: Path) -> None:
+    """With min_context_lines N, an odd line among a stream's first N raises no alert (it is
+    still scored), the same line later does; cold_threshold alerts above it only."""
+    detector = Detector.load(synthetic_model_dir)
+    odd = LogRecord(ODD_LINE, "web-1", "logs/0", 0, source_kind="kafka")
+    book = StreamBook(StateSettings(min_context_lines=3), 1000)
+    [first] = book.observe(detector, detector.score([odd]))
+    assert first.score > detector.threshold and not first.is_anomaly
+    normal = records(generate_lines(40, seed=3).lines)
+    book.observe(detector, detector.score([r for r in normal if r.stream == "web-1"][:2]))
+    [later] = book.observe(detector, detector.score([odd]))
+    assert later.is_anomaly
+    strict = StreamBook(StateSettings(min_context_lines=3, cold_threshold=first.score + 1), 1000)
+    [held] = strict.observe(detector, detector.score([odd]))
+    assert not held.is_anomaly and held.threshold == first.score + 1
+    lenient = StreamBook(StateSettings(min_context_lines=3, cold_threshold=first.score - 1), 1000)
+    [raised] = lenient.observe(detector, detector.score([odd]))
+    assert raised.is_anomaly
+
+
+def test_stream_on_two_partitions_is_counted_once(synthetic_model_dir: Path) -> None:
+    """A stream whose lines come from two partitions is counted once as split."""
+    detector = Detector.load(synthetic_model_dir)
+    book = StreamBook(StateSettings(), 1000)
+    lines = generate_lines(30, seed=4).lines
+    split_before = SPLIT_STREAMS._value.get()
+    for partition in (0, 1, 0, 1):
+        book.observe(detector, detector.score(records(lines[:5], source=f"logs/{partition}")))
+    assert SPLIT_STREAMS._value.get() - split_before == len({r.stream for r in records(lines[:5])})
+
+
+def test_redelivered_lines_covered_by_a_restored_state_are_skipped(synthetic_model_dir: Path) -> None:
+    """After a restore at offset N of a partition, the stream's re-delivered lines below N are
+    skipped (scored and handed off already); once a line at N arrives, none is."""
+    detector = Detector.load(synthetic_model_dir)
+    book = StreamBook(StateSettings(), 1000)
+    state = StreamState("web-1", detector.model_id, "logs/0", 10, 10, 1.0, [5, 6, 7])
+    assert book.restore(detector, [state]) == 1
+    line = generate_lines(1, seed=6).lines[0]
+    assert book.already_scored(LogRecord(line, "web-1", "logs/0", 8, source_kind="kafka"))
+    assert book.already_scored(LogRecord(line, "web-1", "logs/0", 9, source_kind="kafka"))
+    assert not book.already_scored(LogRecord(line, "web-1", "logs/0", 10, source_kind="kafka"))
+    assert not book.already_scored(LogRecord(line, "web-1", "logs/0", 9, source_kind="kafka"))
