@@ -55,8 +55,8 @@ def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, t
 
 
 def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp_path: Path) -> None:
-    """--deliver: the receiver gets exactly the printed notifications, each with its line number,
-    template text, the lines before it, the model that raised it and the line's own time."""
+    """--deliver: the receiver gets exactly the printed notifications, each with its path:line
+    (as tail's alerts carry it), template text, the lines before it, the model that raised it and the line's own time."""
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)])
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes, "--deliver")
@@ -67,7 +67,9 @@ def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp
     for request in received:
         alert = request.body["alerts"][0]
         notes = alert["annotations"]
-        number = int(notes["source"].removeprefix("line "))  # 1-based, as an editor counts
+        path, number_text = notes["source"].rsplit(":", 1)
+        number = int(number_text)  # 1-based, as an editor counts
+        assert path == str(log_file)
         assert lines[number - 1] == notes["first_line"] and notes["template"]
         assert notes["model_id"].startswith("replay-auto-train@") and notes["model_version"]
         assert notes["event_time"] and lines[number - 1].startswith(
