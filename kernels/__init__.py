@@ -2,5 +2,5 @@
 
 Imported as `logstream.kernels` (this folder ships inside the logstream package through the
 package-dir mapping in pyproject.toml); never as a top-level `kernels`, a name transformers
-probes for HuggingFace's own package. Static tools resolve it from the installed package.
+probes for HuggingFace's own package. Static tools: see the README's Layout.
 """
