@@ -49,13 +49,16 @@ class InputStats(RejectLog):
         return self.bad
 
 
-def line_parser(stream_key: str | None = None) -> RecordParser:
-    """Plain lines, as `tail` and a plain-format serve read them; the stream is the `stream_key`
-    regex's first group (or whole match), else `default`."""
+def line_parser(
+    stream_key: str | None = None, max_message_bytes: int = InputSettings().max_message_bytes
+) -> RecordParser:
+    """Plain lines, as replay, `tail` and a plain-format serve read them; the stream is the
+    `stream_key` regex's first group (or whole match), else `default`."""
     compile_stream_key(stream_key)  # a bad regex is one line naming --stream-key
     settings = InputSettings(
-        format="plain", stream_key="regex" if stream_key else "none", stream_regex=stream_key
-    )
+        format="plain", stream_key="regex" if stream_key else "none", stream_regex=stream_key,
+        max_message_bytes=max_message_bytes,
+    )  # fmt: skip
     return RecordParser(settings)
 
 
