@@ -591,16 +591,25 @@ def bench_command(
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
     """The benchmarks of docs/benchmarks.md: StreamingLLM table, constant cost, many streams, sinks, peers."""
-    from logstream.bench import FULL, QUICK, SECTIONS, BenchRun, render, run_bench, with_overrides
+    import importlib
 
-    unknown = sorted(set(only or ()) - set(SECTIONS))
+    # The suite (peer detectors, plots) is no part of the package: it is benchmarks/suite.py of
+    # a source checkout, beside this package's folder; its scripts import each other by name.
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (folder / "suite.py").is_file():
+        raise fail(f"bench: runs benchmarks/suite.py of a source checkout; there is none at {folder}")
+    sys.path.insert(0, str(folder))
+    suite = importlib.import_module("suite")
+    unknown = sorted(set(only or ()) - set(suite.SECTIONS))
     if unknown:
-        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(SECTIONS)}")
-    config = with_overrides(QUICK if quick else FULL, stream_lines=stream_lines, threads=threads)
-    sections = tuple(s for s in SECTIONS if not only or s in only)
-    run = BenchRun(config=config, sections=sections, runs=runs, plots=plots)
-    results = run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
-    (err if json_output else Console(width=250)).print(render(results), highlight=False, markup=False)
+        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(suite.SECTIONS)}")
+    config = suite.with_overrides(
+        suite.QUICK if quick else suite.FULL, stream_lines=stream_lines, threads=threads
+    )
+    sections = tuple(s for s in suite.SECTIONS if not only or s in only)
+    run = suite.BenchRun(config=config, sections=sections, runs=runs, plots=plots)
+    results = suite.run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
+    (err if json_output else Console(width=250)).print(suite.render(results), highlight=False, markup=False)
     if json_output:
         sys.stdout.write(json.dumps(results) + "\n")
 

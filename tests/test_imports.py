@@ -22,7 +22,7 @@ PACKAGES = {  # folder -> the package it is imported as (pyproject [tool.setupto
 COMMANDS = {"logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__"}
 # The commands' work (training, backtests, serving, benchmarks): the core that scores records
 # must not depend on it.
-WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live", "logstream.bench"}
+WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live"}
 CORE = {
     "logstream.records", "logstream.inputs", "logstream.detector", "logstream.engine",
     "logstream.scoring", "logstream.normalize", "logstream.patterns", "logstream.tokenizer",

@@ -1,5 +1,8 @@
 """`logstream bench`: the project's claims as numbers, side by side in one run (docs/benchmarks.md).
 
+It lives in benchmarks/, not in the package: peer detectors, memory probes and plots are no
+part of scoring. `logstream bench` (a thin command) and `benchmarks/streaming.py` run it.
+
 Sections (each a function returning a JSON-able dict):
 - table:     the StreamingLLM table on one long log stream: dense attention with recompute,
              a sliding window without sinks, a sliding window with recompute, and sinks + ring
