@@ -447,30 +447,9 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
     err.print(summary, highlight=False, markup=False)
 
 
-@app.command("silence")
-def silence_command(
-    alerts: Annotated[Path, typer.Option(help="Alert routes file (its outbox stores the silence).")],
-    match: Annotated[
-        list[str],
-        typer.Option(help='Matcher: label="value", !=, =~ or !~, e.g. stream=~"prod-db.*"; repeatable.'),
-    ],
-    duration: Annotated[str, typer.Option("--for", help="How long, e.g. 30m, 2h.")],
-    comment: Annotated[str, typer.Option(help="Why (shown in logs).")] = "",
-    by: Annotated[str, typer.Option(help="Who.")] = "",
-) -> None:
-    """Mute alerts whose labels match, for a while (same as `logstream alerts silence add`)."""
-    from logstream.alerts.cli import add_silence
-    from logstream.alerts.config import AlertConfigError, parse_duration, rfc3339
-
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        raise AlertConfigError(f"--for: {exc}") from None
-    made = add_silence(alerts, match, seconds, comment=comment, by=by)
-    sys.stdout.write(f"{made.id}: silenced until {rfc3339(made.expires_at)}\n")
-
-
-app.add_typer(alerts_app, name="alerts", help="Check routes files; add, list and expire silences.")
+app.add_typer(
+    alerts_app, name="alerts", help="Check routes files, run delivery; add, list and expire silences."
+)
 
 
 @app.command("serve")

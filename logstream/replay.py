@@ -65,16 +65,18 @@ class ReplayOptions:
     threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
-    """What is scored and evaluated: a line (lines format) or a session (sessions format)."""
+    """What is scored and evaluated: a line (lines format) or a session (sessions format).
+
+    One is kept per scored item, so it holds no per-line extras (slots, no dict; the top
+    tokens and explanation live in `anomaly`/`explanation`, set for anomalies only)."""
 
     stream: str
     text: str  # the line, or the session's most surprising line
     score: float  # calibrated, -log10 p
     threshold: float
     label: int | None
-    top_tokens: tuple[tuple[str, float], ...] = ()
     index: int = 0  # item number (lines or sessions read), 0-based; labels are indexed by it
     raw: float = 0.0  # nats: surprisal + severity prior + novelty
     surprisal: float = 0.0  # nats/token, the model alone
@@ -197,7 +199,7 @@ class _Scorer:
         """`scored`: the line as scored; `unit`: the same carrying the unit's (session's) score."""
         return Unit(
             stream=unit.record.stream, text=scored.record.line, score=unit.score,
-            threshold=scored.threshold, label=label, top_tokens=scored.top_tokens, index=index,
+            threshold=scored.threshold, label=label, index=index,
             raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
             chunk=self.chunk, line=line, template=scored.template, explanation=scored.explanation,
             event_time=scored.record.timestamp, anomaly=self.detector.anomaly(unit),

@@ -1,5 +1,5 @@
 """The CLI wiring: `logstream replay --alerts [--deliver]`, `logstream alerts check` and
-`logstream alerts silence add|list|expire` (and the older `logstream silence`)."""
+`logstream alerts silence add|list|expire` (the one `silence`)."""
 
 from __future__ import annotations
 
@@ -132,7 +132,9 @@ def test_silence_expire_of_an_unknown_id_is_one_error_line(tmp_path: Path) -> No
 def test_silence_refuses_a_glob_under_exact_equality(tmp_path: Path) -> None:
     """`stream=prod-db*` (an older release's glob) is refused with the =~ spelling to use."""
     routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
-    result = logstream("silence", "--alerts", routes, "--match", "stream=prod-db*", "--for", "1h")
+    result = logstream(
+        "alerts", "silence", "add", "--alerts", routes, "--match", "stream=prod-db*", "--for", "1h"
+    )
     assert result.returncode == 2
     assert 'stream=~"prod-db.*"' in result.stderr and result.stderr.count("\n") == 1
 
