@@ -61,7 +61,6 @@ from logstream.patterns import PatternMiner
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
 from logstream.scoring import (
     Calibration,
-    ScoringConfig,
     auc_pr,
     best_f1,
     precision_recall_f1,
@@ -221,15 +220,17 @@ def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Tr
     return cached_train(runs, f"synthetic-{preset}", synthetic_baseline(), train_config)
 
 
-def scoring_of(trained: Trained) -> ScoringConfig:
-    """The scoring config saved with the model (its top-k and priors), as the detector reads it."""
-    return Calibration.from_json(trained.meta["calibration"]).config
+def calibration_of(trained: Trained) -> Calibration:
+    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads it."""
+    return Calibration.from_json(trained.meta["calibration"])
 
 
-def scores_of(config: ScoringConfig, nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
-    """Raw line scores (`detector.line_evidence` with the model's config; no novelty): the
+def scores_of(calibration: Calibration, nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
+    """Raw line scores (`detector.line_evidence` with the model's calibration; no novelty): the
     benchmark compares models and caches, each with its own quantile threshold, not the tails."""
-    return np.array([line_evidence(config, nll, line).raw for nll, line in zip(nlls, lines, strict=True)])
+    return np.array(
+        [line_evidence(calibration, nll, line).raw for nll, line in zip(nlls, lines, strict=True)]
+    )
 
 
 def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
@@ -238,9 +239,9 @@ def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
     return round(float(np.exp(np.concatenate(normal).mean())), 3)
 
 
-def quality(config: ScoringConfig, nlls: list[np.ndarray], data: Encoded) -> dict[str, float]:
+def quality(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> dict[str, float]:
     labels = np.array(data.labels)
-    ap = auc_pr(scores_of(config, nlls, data.lines), labels) if labels.any() else float("nan")
+    ap = auc_pr(scores_of(calibration, nlls, data.lines), labels) if labels.any() else float("nan")
     return {"perplexity": perplexity(nlls, data.labels), "auc_pr": round(ap, 4)}
 
 
@@ -285,7 +286,7 @@ def _engine_method(
             rows.append({
                 "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50),
                 "peak_rss_mib": peak.growth_mib, "kv_bytes": engine.cache_bytes + sink_bytes,
-                **quality(detector.scoring, nlls, _part(stream, segment)),
+                **quality(detector.calibration, nlls, _part(stream, segment)),
             })  # fmt: skip
     return rows
 
@@ -321,7 +322,7 @@ def _window_recompute(
     return {
         "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50), "peak_rss_mib": peak.growth_mib,
         "kv_bytes": kv_bytes(model, window + max(map(len, stream.ids[n : n + eval_lines]))),
-        **quality(scoring_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
+        **quality(calibration_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
     }  # fmt: skip
 
 
@@ -367,7 +368,7 @@ def _dense(
     return {
         "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50), "peak_rss_mib": peak.growth_mib,
         "kv_bytes": kv_bytes(model, total),
-        **quality(scoring_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
+        **quality(calibration_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
     }  # fmt: skip
 
 
@@ -525,7 +526,7 @@ def streams_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
 
 def ablation_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
     window = config.ablation_window
-    scoring = scoring_of(trained)
+    calibration = calibration_of(trained)
     prompt = prompt_ids(trained.tokenizer, trained.meta["pattern_prompt"], trained.meta["sink_tokens"])
     modes = {"S=0": [], "S=1 (BOS)": prompt[:1], "S=4": prompt[:4], f"patterns (S={len(prompt)})": prompt}
     streams = []
@@ -545,8 +546,8 @@ def ablation_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
             [line for s in streams for line in s.lines], [i for s in streams for i in s.ids],
             [y for s in streams for y in s.labels],
         )  # fmt: skip
-        result = quality(scoring, [n for p in per_stream for n in p], everything)
-        scores = [scores_of(scoring, p, s.lines) for p, s in zip(per_stream, streams, strict=True)]
+        result = quality(calibration, [n for p in per_stream for n in p], everything)
+        scores = [scores_of(calibration, p, s.lines) for p, s in zip(per_stream, streams, strict=True)]
         result |= {
             "score_before_roll": _mean_normal(scores, streams, lambda k: range(1, rolls[k])),
             "score_after_roll": _mean_normal(scores, streams, lambda k: range(rolls[k], rolls[k] + 5)),

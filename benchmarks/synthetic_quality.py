@@ -50,9 +50,12 @@ def main() -> None:
     for top_k in (0, 1, 2, 3, 4):
         # raw scores (nats + the model's own severity priors; no tails, no novelty): top-k varies
         config = dataclasses.replace(detector.scoring, line_top_k=top_k)
+        calibration = dataclasses.replace(detector.calibration, config=config)
 
-        def scores(nll: list[np.ndarray], lines: list[str], config=config) -> np.ndarray:
-            return np.array([line_evidence(config, x, line).raw for x, line in zip(nll, lines, strict=True)])
+        def scores(nll: list[np.ndarray], lines: list[str], calibration=calibration) -> np.ndarray:
+            return np.array(
+                [line_evidence(calibration, x, line).raw for x, line in zip(nll, lines, strict=True)]
+            )
 
         threshold = float(np.quantile(scores(normal_nll, normal.lines), 0.995))
         test_scores = scores(test_nll, test.lines)

@@ -82,6 +82,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "- calibrated unit (raw nats, per-model quantile)": {"tail_model": "raw"},
     "- GPD tail (empirical tail only)": {"tail_model": "empirical"},
     "- severity from content (level field only)": {"content_severity": False},
+    "+ template centering (a known template against its usual surprise; default off)": {
+        "template_centering": True
+    },
     "+ burst discount (log(1 + repeats in 128 lines) nats off; default off)": {"repeat_window": 128},
     "+ novelty (1 nat for a template new to the model)": {"novelty": 1.0},
 }

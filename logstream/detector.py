@@ -24,7 +24,7 @@ from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
 from logstream.records import Anomaly, LogRecord, Stream, location
-from logstream.scoring import Calibration, LineScore, ScoringConfig, line_score, severity
+from logstream.scoring import Calibration, LineScore, Observation, ScoringConfig, line_score, severity
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -35,7 +35,7 @@ SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS o
 class ScoredLine:
     record: LogRecord
     score: float  # calibrated: -log10 P(a normal line scores this high), compared with `threshold`
-    raw: float  # evidence, nats: surprisal + severity prior + novelty (what the line tail calibrates)
+    raw: float  # evidence, nats: surprisal + priors - template offset (what the line tail calibrates)
     surprisal: float  # nats/token from the model alone (for kind "end": the end token's NLL)
     threshold: float
     level: str | None = None  # severity from the level field or failure words
@@ -43,6 +43,7 @@ class ScoredLine:
     repeats: int = 0  # times its template occurred in the stream's recent lines (burst discount)
     template_id: int | None = None
     template: str | None = None
+    known_template: int | None = None  # cluster number of the training template it matched (None: new)
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
@@ -71,17 +72,25 @@ class ScoredSession:
 class LineEvidence:
     surprisal: LineScore  # the model's part: mean top-k token surprisal and the top tokens
     level: str | None  # severity from the level field or failure words
-    raw: float  # nats: surprisal + severity prior + novelty - burst discount
+    raw: float  # nats: surprisal + severity prior + novelty - burst discount - template offset
 
 
 def line_evidence(
-    config: ScoringConfig, token_nll: np.ndarray, line: str, novel: bool = False, repeats: int = 0
+    calibration: Calibration,
+    token_nll: np.ndarray,
+    line: str,
+    novel: bool = False,
+    repeats: int = 0,
+    template: int | None = None,
 ) -> LineEvidence:
     """The raw line score (what the line tail calibrates), the one formula: token surprisal
-    -> top-k line surprisal -> plus the level and novelty priors, less the burst discount."""
+    -> top-k line surprisal -> plus the level and novelty priors, less the burst discount and
+    the known `template`'s offset (`Calibration.evidence`)."""
+    config = calibration.config
     surprisal = line_score(token_nll, config.line_top_k)
     level = config.severity(line)
-    return LineEvidence(surprisal, level, config.evidence(surprisal.surprisal, level, novel, repeats))
+    raw = calibration.evidence(Observation(surprisal.surprisal, level, novel, repeats, template))
+    return LineEvidence(surprisal, level, raw)
 
 
 class Detector:
@@ -120,6 +129,7 @@ class Detector:
         self.known_templates = list(meta.get("templates", []))
         self.calibration = Calibration.from_json(meta["calibration"])
         self.miner = seeded_miner(self.known_templates)
+        self.known_clusters = self.miner.size  # clusters 1..known_clusters are training templates
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
             "bos": [tokenizer.bos_id],
@@ -208,7 +218,8 @@ class Detector:
         for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
             mined = self.miner.add(masked[i])
             repeats = self.recent.add(record.stream, mined.template_id)
-            evidence = line_evidence(self.scoring, token_nll, record.line, mined.new, repeats)
+            known = mined.cluster if mined.cluster <= self.known_clusters else None
+            evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
             score = self.calibration.line_score(evidence.raw, fit)
             out.append(
                 ScoredLine(
@@ -222,6 +233,7 @@ class Detector:
                     repeats=repeats,
                     template_id=mined.template_id,
                     template=mined.template,
+                    known_template=known,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
                         for pos, nll_ in evidence.surprisal.top_tokens

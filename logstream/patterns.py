@@ -42,6 +42,7 @@ class Mined:
     template_id: int
     template: str
     new: bool  # the line opened a new template
+    cluster: int  # drain3's cluster number: 1..n for the n templates a miner was seeded with
 
 
 def _miner_config(similarity: float, depth: int, max_templates: int) -> TemplateMinerConfig:
@@ -65,7 +66,12 @@ class PatternMiner:
     def add(self, masked_line: str) -> Mined:
         result = self._miner.add_log_message(masked_line)
         text = result["template_mined"]
-        return Mined(template_id(text), text, new=result["change_type"] == "cluster_created")
+        return Mined(
+            template_id(text),
+            text,
+            new=result["change_type"] == "cluster_created",
+            cluster=result["cluster_id"],
+        )
 
     def match(self, masked_line: str) -> int | None:
         """Template id of the closest known template, without learning; None if new."""
@@ -126,7 +132,8 @@ class RecentPatterns:
 
 def seeded_miner(templates: Iterable[str]) -> PatternMiner:
     """A miner that already knows `templates` (the model's training templates), so only
-    templates the model has never seen count as new."""
+    templates the model has never seen count as new. Seeding is deterministic: the known
+    templates are clusters 1..size in every process, whatever their text becomes later."""
     miner = PatternMiner()
     for text in templates:
         miner.add(text)

@@ -20,7 +20,9 @@ incidents and hide every later one like them):
    many scores tie, as template logs' do), marks the peaks that are implausible for it
    (tail probability below OUTLIER_RATE / n) as outliers, and drops them: at most 0.5% of
    the sample, since more far-out scores than that are rare normal lines (dropping them
-   flagged every rare normal line of a Thunderbird log), not a handful of incidents;
+   flagged every rare normal line of a Thunderbird log), not a handful of incidents
+   (`max_outlier_share`; the session tail allows 5%: a held-out session is a whole
+   incident, and a baseline with a few percent of incidents has that share of them);
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
    tail is kept while far-out incidents stay out;
@@ -175,8 +177,9 @@ def _pwm_gpd(excess: np.ndarray) -> tuple[float, float]:
     return sigma, xi
 
 
-def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
-    """Fit the tail of held-out normal scores; raises ValueError with too few of them."""
+def fit_tail(scores: np.ndarray | list[float], max_outlier_share: float = MAX_OUTLIER_SHARE) -> TailFit:
+    """Fit the tail of held-out normal scores; raises ValueError with too few of them.
+    At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1)."""
     x = np.sort(np.asarray(scores, dtype=float))
     x = x[np.isfinite(x)]
     n = len(x)
@@ -189,7 +192,7 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
     robust_sigma = max(float(lower.mean()) / TRIMMED_MEAN_75, 1e-6 * max(1.0, abs(u)))
     # stage 1: under the robust exponential tail P(X > u + e) = (n_peaks / n) exp(-e / sigma)
     plausible = excess <= robust_sigma * math.log(n_peaks / OUTLIER_RATE)
-    if n_peaks - plausible.sum() > MAX_OUTLIER_SHARE * n:
+    if n_peaks - plausible.sum() > max_outlier_share * n:
         plausible[:] = True  # that many far-out scores are rare normal lines, not a few incidents
     # stage 2, repeated until stable: fit the kept peaks; peaks the fitted GPD finds plausible
     # come back (a heavy tail is data, not noise), the rest stay out (incidents stay implausible)
@@ -197,7 +200,7 @@ def fit_tail(scores: np.ndarray | list[float]) -> TailFit:
         n_kept = int(plausible.sum())
         sigma, xi = _pwm_gpd(excess[plausible]) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
         again = gpd_log_sf(excess, sigma, xi) >= math.log(OUTLIER_RATE / n_peaks)
-        if np.array_equal(again, plausible) or n_peaks - again.sum() > MAX_OUTLIER_SHARE * n:
+        if np.array_equal(again, plausible) or n_peaks - again.sum() > max_outlier_share * n:
             break
         plausible = again
     normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks

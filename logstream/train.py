@@ -265,7 +265,9 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
         for session in detector.score_streams(heldout[start : start + group], ends=True):
-            seen = [Observation(s.surprisal, s.level, s.novel, s.repeats) for s in session.lines]
+            seen = [
+                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template) for s in session.lines
+            ]
             lines += seen
             if session.end is not None:
                 end_raw.append(session.end.raw)
@@ -302,6 +304,9 @@ def train(
     lines = [line for s in train_streams for line in s.lines]
     normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
     masked = [normalizer.mask(line) for line in lines]
+    # the templates the model knows: those of the whole baseline, held-out lines too, so
+    # that calibration can measure each one's usual surprise (template centering)
+    baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
     if start_from is None:
         preset = choose_preset(config.preset, total)
         tokenizer = LineTokenizer(train_tokenizer(masked, PRESETS[preset].vocab_size))
@@ -312,14 +317,14 @@ def train(
         sink_ids = prompt_ids(tokenizer, prompt, sink_budget(config, window))
         torch.manual_seed(config.seed)  # the initial weights too: --seed makes a run reproducible
         model = build_model(preset, tokenizer, max_positions=len(sink_ids) + window)
-        known = [t.text for t in miner.templates()]
+        known = [t.text for t in mine(baseline).templates()]
     else:
         # a copy: the earlier model keeps scoring its own chunk (prequential replay)
         model, tokenizer = copy.deepcopy(start_from.model), start_from.tokenizer
         prompt, window = start_from.meta["pattern_prompt"], start_from.meta["window"]
         preset = start_from.meta["preset"]
         sink_ids = prompt_ids(tokenizer, prompt, start_from.meta["sink_tokens"])
-        known = [t.text for t in mine([*start_from.meta["templates"], *masked]).templates()]
+        known = [t.text for t in mine([*start_from.meta["templates"], *baseline]).templates()]
     examples = make_examples(train_streams, tokenizer, normalizer, window)
     steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
     loss = fit(model, examples, sink_ids, config, steps, progress)
