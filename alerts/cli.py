@@ -1,6 +1,7 @@
-"""`logstream alerts ...`: check a routes file, and add, list or expire silences.
+"""`logstream alerts ...`: check a routes file, run the delivery worker, add, list or expire silences.
 
     logstream alerts check configs/alerts.yaml                  # no secrets needed
+    logstream alerts deliver --alerts configs/alerts.yaml [--until-idle]
     logstream alerts silence add --alerts configs/alerts.yaml -m 'stream=~"prod-db.*"' --for 2h -c "failover"
     logstream alerts silence list --alerts configs/alerts.yaml [--expired]
     logstream alerts silence expire --alerts configs/alerts.yaml 3f2a9c0d1b7e
@@ -125,6 +126,30 @@ def check_command(
 
     config = _one_line_errors(lambda: load_config(routes, secrets=resolve_secrets))
     sys.stdout.write(f"{routes}: ok, {len(config.receivers)} receiver(s)\n")
+
+
+@app.command("deliver")
+def deliver_command(
+    routes: RoutesOpt,
+    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit when nothing is pending.")] = False,
+) -> None:
+    """Run the delivery worker on the routes file's outbox until SIGTERM/SIGINT (or idle)."""
+    import signal
+    import threading
+
+    from logstream.alerts.config import load_config
+    from logstream.alerts.delivery import DeliveryWorker
+    from logstream.alerts.outbox import Outbox
+
+    config = _one_line_errors(lambda: load_config(routes))
+    outbox = _one_line_errors(lambda: Outbox(config.delivery.outbox, config))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        DeliveryWorker(outbox).run(stop, until_idle=until_idle)
+    finally:
+        outbox.close()
 
 
 @silence_app.command("add")

@@ -37,7 +37,6 @@ import asyncio
 import json
 import logging
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -168,13 +167,13 @@ def poison_messages(rng: random.Random, count: int) -> list[Message]:
 def plan_messages(config: ChaosConfig, rng: random.Random) -> tuple[list[Message], list[str]]:
     """Every message in send order (JSON records; stream = host), and the injected streams."""
     total = int(config.seconds * config.rate)
+    from logstream.inputs import parse_lines
+
     lines = generate_lines(total, seed=config.seed).lines
-    key = re.compile(STREAM_KEY)
-    messages = []
-    for line in lines:
-        host = key.search(line)
-        name = host.group(1) if host else "default"
-        messages.append(Message(name.encode(), json.dumps({"message": line, "host": name}).encode()))
+    messages = [
+        Message(r.stream.encode(), json.dumps({"message": r.line, "host": r.stream}).encode())
+        for r in parse_lines(lines, STREAM_KEY)
+    ]
     injected = []
     for n, index in enumerate(sorted(rng.sample(range(total // 10, total), config.anomalies))):
         host = f"chaos-{n}"
@@ -525,7 +524,7 @@ def train_model(out: Path) -> Path:
     from logstream.inputs import streams_from_lines
     from logstream.train import TrainConfig, save, train
 
-    streams = streams_from_lines(generate_lines(4000, seed=1).lines, re.compile(STREAM_KEY))
+    streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
     config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=1000, batch_size=16)
     save(train(streams, config), out)
     return out

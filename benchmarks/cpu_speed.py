@@ -23,7 +23,6 @@ import argparse
 import copy
 import json
 import os
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from roofline import Roofline, engine_bytes_per_step, engine_flops_per_token, me
 
 from logstream.detector import Detector
 from logstream.engine import StreamingEngine
-from logstream.inputs import streams_from_lines
+from logstream.inputs import parse_lines, streams_from_lines
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
 from logstream.records import LogRecord
 from logstream.synth import STREAM_KEY, generate_lines
@@ -150,14 +149,13 @@ def main() -> None:
     parser.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, of {list(LEVERS)}")
     parser.add_argument("--roofline-seconds", type=float, default=1.0)
     args = parser.parse_args()
-    key = re.compile(STREAM_KEY)
     load_before = os.getloadavg()[0]
     roof: Roofline = measure(args.roofline_seconds)
     default_threads = torch.get_num_threads()
 
     baseline = generate_lines(2000, seed=1, web_hosts=args.hosts)
     trained = train(
-        streams_from_lines(baseline.lines, key),
+        streams_from_lines(baseline.lines, STREAM_KEY),
         TrainConfig(preset=args.preset, window=args.window, fit_window=False, max_steps=20, batch_size=4),
     )
     meta, tokenizer = trained.meta, trained.tokenizer
@@ -166,7 +164,7 @@ def main() -> None:
     # enough earlier lines that every stream's ring is full, then the timed lines
     per_stream_lines = -(-args.window // 15)
     log = generate_lines(args.lines + per_stream_lines * (args.hosts + 8), seed=2, web_hosts=args.hosts)
-    records = [LogRecord(line=line, stream=key.search(line).group(1)) for line in log.lines]
+    records = parse_lines(log.lines, STREAM_KEY)
     ids = tokenizer.encode_lines([detector.normalizer.mask(r.line) for r in records])
     split = len(records) - args.lines
     prefill: Batch = defaultdict(list)

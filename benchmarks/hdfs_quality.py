@@ -88,7 +88,7 @@ def main() -> None:
     for sinks, top_k in VARIANTS:
         detector = Detector.load(model_dir, sinks=sinks)
         calibrate(detector, heldout, ScoringConfig(line_top_k=top_k))
-        report = run_replay(options, ReplayInput(test_sessions, None, None, InputStats(), detector))
+        report = run_replay(options, ReplayInput(test_sessions, None, InputStats(), detector))
         summary = report.summary()
         keys = ("precision", "recall", "f1", "best_f1", "auc_roc", "auc_pr", "threshold", "lines_per_second")
         name = f"sinks={sinks} top_k={top_k}"

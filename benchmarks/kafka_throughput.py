@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -42,19 +41,17 @@ from logstream.alerts.sink import JsonlSink  # noqa: E402
 from logstream.consumers.file import read_file  # noqa: E402
 from logstream.consumers.parse import RecordParser, RejectLog  # noqa: E402
 from logstream.detector import Detector  # noqa: E402
+from logstream.inputs import parse_lines, streams_from_lines  # noqa: E402
 from logstream.settings import InputSettings  # noqa: E402
 from logstream.synth import STREAM_KEY, generate_lines  # noqa: E402
-from logstream.train import Stream, TrainConfig, save, train  # noqa: E402
+from logstream.train import TrainConfig, save, train  # noqa: E402
 
 TIMEOUT_S = 900.0
 
 
 def train_model(out: Path) -> Path:
-    by_stream: dict[str, list[str]] = {}
-    for line in generate_lines(1500, seed=0).lines:
-        by_stream.setdefault(re.search(STREAM_KEY, line).group(1), []).append(line)
     config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=80)
-    save(train([Stream(k, v) for k, v in by_stream.items()], config), out)
+    save(train(streams_from_lines(generate_lines(1500, seed=0).lines, STREAM_KEY), config), out)
     return out
 
 
@@ -175,7 +172,7 @@ def main() -> None:
     lines = generate_lines(args.lines, seed=21).lines
     log_file = work / "app.log"
     log_file.write_text("\n".join(lines) + "\n")
-    messages = [(re.search(STREAM_KEY, line).group(1).encode(), line.encode()) for line in lines]
+    messages = [(r.stream.encode(), r.line.encode()) for r in parse_lines(lines, STREAM_KEY)]
 
     broker = KafkaBroker(work / "kafka")
     broker.start()

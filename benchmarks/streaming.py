@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from logstream.bench import FULL, BenchRun, render, run_bench, with_overrides
+from suite import FULL, BenchRun, render, run_bench, with_overrides
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ import numpy as np
 
 from logstream.detector import Detector
 from logstream.incidents import INCIDENT_KINDS, inject, strip_label_column
-from logstream.inputs import InputStats
+from logstream.inputs import InputStats, parse_lines
 from logstream.model import save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
@@ -203,7 +203,7 @@ def main() -> None:
         started = time.time()
         print(f"{dev.name}:", flush=True)
         lines, labels, kinds = load_set(dev, args.data)
-        data = ReplayInput(lines, labels, None, InputStats(), None)
+        data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
         parts = cached_parts(ReplayOptions(input=Path(dev.file), auto_train="all"), data, args.out / dev.name)
         table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
         results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}

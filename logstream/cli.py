@@ -59,7 +59,12 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    pass  # the options above; each command does the work
+    import structlog
+
+    # log lines (a bad input line skipped, a delivery retried) go to stderr: stdout is each
+    # command's output (anomalies, --json); serve configures its own logging
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
 
 
 class Format(StrEnum):
@@ -194,10 +199,10 @@ def train_command(
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
     from logstream.inputs import (
         InputStats,
-        compile_stream_key,
-        read_lines,
+        line_parser,
+        read_records,
         read_sessions,
-        streams_from_lines,
+        streams_from_records,
         streams_from_sessions,
     )
     from logstream.train import save, train
@@ -216,7 +221,7 @@ def train_command(
             sessions = read_sessions(path, stats)
             streams += streams_from_sessions([s for s in sessions if not only_normal or s.label == 0])
         else:
-            streams += streams_from_lines(read_lines(path, stats), compile_stream_key(stream_key))
+            streams += streams_from_records(read_records(path, stats, line_parser(stream_key)))
     with _progress() as progress:
         task = progress.add_task("training", total=None, info="")
         trained = train(
@@ -410,36 +415,27 @@ def replay_command(
 def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
     """Route the replay's anomalies and print one line per notification.
 
-    Grouping runs on the log's own time where a line starts with a timestamp (a line without
-    one takes the latest time seen before it; a log without any is replayed as if all of it
-    arrived now). Each alert carries its template text, its line number and, in lines format,
-    the stream's lines around it (the whole file is at hand, so the lines after it too)."""
+    The anomalies are the detector's own (`Detector.anomaly`, as serve and tail hand them
+    off). Grouping runs on the log's own time where a line starts with a timestamp (a line
+    without one takes the latest time seen before it; a log without any is replayed as if
+    all of it arrived now). In lines format each alert carries the stream's lines around it
+    (the whole file is at hand, so the lines after it too)."""
+    import dataclasses
     import time
 
     from logstream.alerts.context import LineContext
     from logstream.alerts.pipeline import format_alert, run_replay_alerts
-    from logstream.event_time import line_time
     from logstream.records import Anomaly
-    from logstream.scoring import severity
 
     lines = report.unit == "line"
     units = sorted(report.units, key=lambda u: u.line) if lines else report.units
-    models = {k: (c.model_id, c.model_version) for k, c in enumerate(report.chunks)}
     now = time.time()
     latest: float | None = None
     flagged: dict[int, Anomaly] = {}
     for i, u in enumerate(units):
-        stamp = line_time(u.text, now) if lines else None
-        latest = stamp if stamp is not None else latest
-        if u.is_anomaly:
-            model_id, model_version = models.get(u.chunk, ("", ""))
-            flagged[i] = Anomaly(
-                stream=u.stream, line=u.text, score=u.score, threshold=u.threshold, surprisal=u.surprisal,
-                severity=severity(u.score, u.threshold, u.level), level=u.level, template=u.template,
-                top_tokens=u.top_tokens, source="replay", offset=u.index,
-                location=f"line {u.line}" if u.line else "", model_id=model_id, model_version=model_version,
-                event_time=stamp, detected_at=latest if latest is not None else now,
-            )  # fmt: skip
+        latest = u.event_time if u.event_time is not None else latest
+        if u.anomaly is not None:
+            flagged[i] = dataclasses.replace(u.anomaly, detected_at=latest if latest is not None else now)
     around = LineContext().attach([(u.stream, u.text) for u in units], flagged) if lines else None
     anomalies = around if around is not None else list(flagged.values())
     sent, pending = run_replay_alerts(anomalies, routes, deliver=deliver)
@@ -451,30 +447,9 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
     err.print(summary, highlight=False, markup=False)
 
 
-@app.command("silence")
-def silence_command(
-    alerts: Annotated[Path, typer.Option(help="Alert routes file (its outbox stores the silence).")],
-    match: Annotated[
-        list[str],
-        typer.Option(help='Matcher: label="value", !=, =~ or !~, e.g. stream=~"prod-db.*"; repeatable.'),
-    ],
-    duration: Annotated[str, typer.Option("--for", help="How long, e.g. 30m, 2h.")],
-    comment: Annotated[str, typer.Option(help="Why (shown in logs).")] = "",
-    by: Annotated[str, typer.Option(help="Who.")] = "",
-) -> None:
-    """Mute alerts whose labels match, for a while (same as `logstream alerts silence add`)."""
-    from logstream.alerts.cli import add_silence
-    from logstream.alerts.config import AlertConfigError, parse_duration, rfc3339
-
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        raise AlertConfigError(f"--for: {exc}") from None
-    made = add_silence(alerts, match, seconds, comment=comment, by=by)
-    sys.stdout.write(f"{made.id}: silenced until {rfc3339(made.expires_at)}\n")
-
-
-app.add_typer(alerts_app, name="alerts", help="Check routes files; add, list and expire silences.")
+app.add_typer(
+    alerts_app, name="alerts", help="Check routes files, run delivery; add, list and expire silences."
+)
 
 
 @app.command("serve")
@@ -529,7 +504,6 @@ def tail_command(
     threshold: ThresholdOpt = None,
 ) -> None:
     """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies."""
-    import structlog
 
     from logstream.alerts.config import AlertConfigError
     from logstream.alerts.outbox import OutboxError
@@ -538,7 +512,6 @@ def tail_command(
     from logstream.inputs import compile_stream_key
     from logstream.live import STDIN, TailOptions, run_tail
 
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))  # stdout: anomalies
     if inputs.count(STDIN) > 1:
         raise fail("tail: - (stdin) can be given once")
     for name in inputs:
@@ -606,16 +579,25 @@ def bench_command(
     plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
 ) -> None:
     """The benchmarks of docs/benchmarks.md: StreamingLLM table, constant cost, many streams, sinks, peers."""
-    from logstream.bench import FULL, QUICK, SECTIONS, BenchRun, render, run_bench, with_overrides
+    import importlib
 
-    unknown = sorted(set(only or ()) - set(SECTIONS))
+    # The suite (peer detectors, plots) is no part of the package: it is benchmarks/suite.py of
+    # a source checkout, beside this package's folder; its scripts import each other by name.
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (folder / "suite.py").is_file():
+        raise fail(f"bench: runs benchmarks/suite.py of a source checkout; there is none at {folder}")
+    sys.path.insert(0, str(folder))
+    suite = importlib.import_module("suite")
+    unknown = sorted(set(only or ()) - set(suite.SECTIONS))
     if unknown:
-        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(SECTIONS)}")
-    config = with_overrides(QUICK if quick else FULL, stream_lines=stream_lines, threads=threads)
-    sections = tuple(s for s in SECTIONS if not only or s in only)
-    run = BenchRun(config=config, sections=sections, runs=runs, plots=plots)
-    results = run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
-    (err if json_output else Console(width=250)).print(render(results), highlight=False, markup=False)
+        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(suite.SECTIONS)}")
+    config = suite.with_overrides(
+        suite.QUICK if quick else suite.FULL, stream_lines=stream_lines, threads=threads
+    )
+    sections = tuple(s for s in suite.SECTIONS if not only or s in only)
+    run = suite.BenchRun(config=config, sections=sections, runs=runs, plots=plots)
+    results = suite.run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
+    (err if json_output else Console(width=250)).print(suite.render(results), highlight=False, markup=False)
     if json_output:
         sys.stdout.write(json.dumps(results) + "\n")
 

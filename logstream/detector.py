@@ -1,7 +1,10 @@
 """The detector: records in, scored lines out (normalize -> tokens -> engine -> scores).
 
-This is the one object that sources (replay, Kafka) drive. It owns the
-per-stream caches; `close` ends a stream and scores its end.
+This is the one object that every source drives (replay, tail, serve,
+calibration, the benchmarks): `score` turns records into ScoredLines, `close`
+ends a stream and scores its end, `score_streams` does both for whole streams
+(sessions), and `anomaly` builds the one `Anomaly` that alerts carry. The raw
+line score is `line_evidence`, written once.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
-from logstream.records import Anomaly, LogRecord, location
-from logstream.scoring import Calibration, Observation, ScoringConfig, line_score, severity
+from logstream.records import Anomaly, LogRecord, Stream, location
+from logstream.scoring import Calibration, LineScore, Observation, ScoringConfig, line_score, severity
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -48,6 +51,46 @@ class ScoredLine:
     @property
     def is_anomaly(self) -> bool:
         return self.score > self.threshold
+
+
+@dataclass(frozen=True)
+class ScoredSession:
+    """A whole stream scored and closed: its lines, its end (None unless scored), its score."""
+
+    stream: str
+    lines: list[ScoredLine]
+    end: ScoredLine | None
+    score: float  # the calibrated session score (scoring.Calibration.session_score)
+
+    @property
+    def worst(self) -> ScoredLine | None:
+        """The line (or end) with the highest score: what a session alert shows."""
+        return max([*self.lines, *([self.end] if self.end else [])], key=lambda s: s.score, default=None)
+
+
+@dataclass(frozen=True)
+class LineEvidence:
+    surprisal: LineScore  # the model's part: mean top-k token surprisal and the top tokens
+    level: str | None  # severity from the level field or failure words
+    raw: float  # nats: surprisal + severity prior + novelty - burst discount - template offset
+
+
+def line_evidence(
+    calibration: Calibration,
+    token_nll: np.ndarray,
+    line: str,
+    novel: bool = False,
+    repeats: int = 0,
+    template: int | None = None,
+) -> LineEvidence:
+    """The raw line score (what the line tail calibrates), the one formula: token surprisal
+    -> top-k line surprisal -> plus the level and novelty priors, less the burst discount and
+    the known `template`'s offset (`Calibration.evidence`)."""
+    config = calibration.config
+    surprisal = line_score(token_nll, config.line_top_k)
+    level = config.severity(line)
+    raw = calibration.evidence(Observation(surprisal.surprisal, level, novel, repeats, template))
+    return LineEvidence(surprisal, level, raw)
 
 
 class Detector:
@@ -96,6 +139,7 @@ class Detector:
             model, sink_ids, window=window or meta["window"], max_streams=max_streams,
             chunk_tokens=chunk_tokens, device=device,
         )  # fmt: skip
+        self.peak_cache_bytes = 0  # the most cache memory held after any batch
 
     @classmethod
     def load(cls, model_dir: Path | str, **options: Any) -> Detector:
@@ -167,32 +211,32 @@ class Detector:
     def score(self, records: Sequence[LogRecord]) -> list[ScoredLine]:
         """One ScoredLine per record, in order. Lines of a stream keep that stream's context."""
         masked, token_ids, surprisal = self.token_surprisal(records)
+        self.peak_cache_bytes = max(self.peak_cache_bytes, self.engine.cache_bytes)
         threshold = self.threshold
         fit = self.online.fit if self.online else None
         out = []
         for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
-            ls = line_score(token_nll, self.scoring.line_top_k)
-            level = self.scoring.severity(record.line)
             mined = self.miner.add(masked[i])
             repeats = self.recent.add(record.stream, mined.template_id)
             known = mined.cluster if mined.cluster <= self.known_clusters else None
-            evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new, repeats, known))
-            score = self.calibration.line_score(evidence, fit)
+            evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
+            score = self.calibration.line_score(evidence.raw, fit)
             out.append(
                 ScoredLine(
                     record=record,
                     score=score,
-                    raw=evidence,
-                    surprisal=ls.surprisal,
+                    raw=evidence.raw,
+                    surprisal=evidence.surprisal.surprisal,
                     threshold=threshold,
-                    level=level,
+                    level=evidence.level,
                     novel=mined.new,
                     repeats=repeats,
                     template_id=mined.template_id,
                     template=mined.template,
                     known_template=known,
                     top_tokens=tuple(
-                        (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
+                        (self.tokenizer.token_text(token_ids[i][pos]), nll_)
+                        for pos, nll_ in evidence.surprisal.top_tokens
                     ),
                     explanation=self._explain(record, masked[i], token_nll, mined.new)
                     if score > threshold
@@ -210,10 +254,13 @@ class Detector:
             record.line, self.normalizer.rules, masked, offsets, token_nll, record.stream, novel
         )
 
-    def close(self, stream: str) -> ScoredLine | None:
-        """End a stream: score the end-of-stream token (if the model learned ends) and free its cache."""
+    def close(self, stream: str, *, end: bool | None = None) -> ScoredLine | None:
+        """End a stream: score the end-of-stream token and free its cache.
+
+        `end`: whether to score the end (default: when the model learned stream ends;
+        calibration asks for it to learn them, and not for streams that did not end)."""
         scored = None
-        if self.learned_stream_ends and stream in self.engine.streams:
+        if (self.learned_stream_ends if end is None else end) and stream in self.engine.streams:
             nll = self.engine.end_nll(stream, self.tokenizer.eos_id)
             scored = ScoredLine(
                 record=LogRecord(line="<end of stream>", stream=stream),
@@ -227,7 +274,25 @@ class Detector:
         self.recent.drop(stream)
         return scored
 
+    def score_streams(self, streams: Sequence[Stream], *, ends: bool | None = None) -> list[ScoredSession]:
+        """Score whole streams together (one batch) and close each. A stream that `ended`
+        (a session) gets its end scored as `close(end=ends)` decides: by default when the
+        model learned ends; calibration, which is about to learn them, passes True."""
+        scored = self.score([LogRecord(line=line, stream=s.name) for s in streams for line in s.lines])
+        by_stream: dict[str, list[ScoredLine]] = {s.name: [] for s in streams}
+        for line in scored:
+            by_stream[line.record.stream].append(line)
+        out = []
+        for stream in streams:
+            lines = by_stream[stream.name]
+            end = self.close(stream.name, end=ends if stream.ended else False)
+            score = self.calibration.session_score([s.score for s in lines], end.score if end else None)
+            out.append(ScoredSession(stream.name, lines, end, score))
+        return out
+
     def anomaly(self, scored: ScoredLine) -> Anomaly | None:
+        """The alert's anomaly for a scored line or end (None below the threshold): the one
+        place an `Anomaly` is built, for replay, tail and serve alike."""
         if not scored.is_anomaly:
             return None
         record = scored.record

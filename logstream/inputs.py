@@ -1,25 +1,32 @@
-"""Reading backtest inputs (log files, session JSONL, label files) with bad-input accounting.
+"""Reading backtest and training inputs (log files, session JSONL, label files) with bad-input accounting.
+
+A log line takes serve's path: `consumers.file.read_file` reads it and the
+`RecordParser` (`line_parser`) judges it, so replay, `train`, `tail` and serve
+score and skip exactly the same lines, and compute the stream key in one place
+(`RecordParser`, for a plain line the `--stream-key` regex). A line the parser
+rejects (undecodable bytes, over `max_message_bytes`, blank) is counted by
+kind in `InputStats` and skipped; a session's lines go through the same parser.
 
 Bad input never raises a traceback: a file that cannot be used at all is an
-`InputError` (one line, the CLI exits 2); a bad line inside a usable file is
-counted by kind in `InputStats` and either repaired (invalid UTF-8 is decoded
-with replacement, overlong lines are cut) or skipped (bad JSON, a session
-JSON that is nested too deeply or has an impossible label, a line holding a
-NUL byte past the first 8 KB, which are the only bytes checked for binary).
+`InputError` (one line, the CLI exits 2); a bad session record (bad JSON, nested
+too deeply, an impossible label) is counted as `bad_session_json` and skipped.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from logstream.consumers.file import read_file
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
 from logstream.errors import UserError
-from logstream.normalize import MAX_LINE_CHARS
-from logstream.regex import Pattern, RegexError, compile_safe, search_key
-from logstream.train import Stream
+from logstream.event_time import with_event_time
+from logstream.records import LogRecord, Stream
+from logstream.regex import Pattern, RegexError, compile_safe
+from logstream.settings import InputSettings
 
 FORMATS = ("lines", "sessions")
 
@@ -28,64 +35,63 @@ class InputError(UserError):
     """The input cannot be used at all (missing, empty, binary, mismatched labels)."""
 
 
-@dataclass
-class InputStats:
-    bad: Counter[str] = field(default_factory=Counter)  # kind -> count
+class InputStats(RejectLog):
+    """Bad input by kind: the parser's rejects (as serve counts them) and bad session records."""
+
+    def count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def bad(self) -> dict[str, int]:
+        return {kind: n for kind, n in self.counts.items() if n}
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self.bad)
+        return self.bad
+
+
+def line_parser(
+    stream_key: str | None = None, max_message_bytes: int = InputSettings().max_message_bytes
+) -> RecordParser:
+    """Plain lines, as replay, `tail` and a plain-format serve read them; the stream is the
+    `stream_key` regex's first group (or whole match), else `default`."""
+    compile_stream_key(stream_key)  # a bad regex is one line naming --stream-key
+    settings = InputSettings(
+        format="plain", stream_key="regex" if stream_key else "none", stream_regex=stream_key,
+        max_message_bytes=max_message_bytes,
+    )  # fmt: skip
+    return RecordParser(settings)
+
+
+def check_file(path: Path) -> None:
+    """Refuse a file that is not a usable text log at all (the rest is judged line by line)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    with path.open("rb") as handle:
+        head = handle.read(8192)
+        if not head.strip() and not handle.read().strip():
+            raise InputError(f"{path}: file is empty")
+    if b"\x00" in head:
+        raise InputError(f"{path}: looks like a binary file (NUL bytes), not a text log")
+
+
+def read_records(path: Path, stats: InputStats, parser: RecordParser | None = None) -> Iterator[LogRecord]:
+    """The file's records in order, as serve's parser makes them (bad lines counted and skipped),
+    each with the event time at the start of its line; `offset` is the 0-based line in the file.
+
+    The file is checked when this is called; its lines are read as they are consumed."""
+    path = Path(path)
+    check_file(path)
+    return with_event_time(read_file(path, parser or line_parser(), stats))
+
+
+def read_lines(path: Path, stats: InputStats) -> list[str]:
+    """All kept lines of a text log, in order (see `read_records`)."""
+    return [record.line for record in read_records(path, stats)]
 
 
 def _read_bytes(path: Path) -> bytes:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    data = path.read_bytes()
-    if not data.strip():
-        raise InputError(f"{path}: file is empty")
-    if b"\x00" in data[:8192]:
-        raise InputError(f"{path}: looks like a binary file (NUL bytes), not a text log")
-    return data
-
-
-def _decode(raw: bytes, stats: InputStats) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.bad["invalid_utf8"] += 1
-        return raw.decode("utf-8", errors="replace")
-
-
-def _cut(line: str, stats: InputStats) -> str:
-    if len(line) > MAX_LINE_CHARS:
-        stats.bad["oversized_line"] += 1
-        return line[:MAX_LINE_CHARS]
-    return line
-
-
-def _has_nul(raw: bytes, stats: InputStats) -> bool:
-    """A NUL byte in a line (binary junk inside a text file): counted, and the line skipped."""
-    if b"\x00" in raw:
-        stats.bad["nul_byte"] += 1
-        return True
-    return False
-
-
-def read_lines(path: Path, stats: InputStats, numbers: list[int] | None = None) -> list[str]:
-    """All lines of a text log, in order (empty lines and lines with NUL bytes are counted and skipped).
-
-    `numbers`, if given, gets each kept line's 1-based line number in the file (as an editor counts).
-    """
-    lines = []
-    for number, raw in enumerate(_read_bytes(path).splitlines(), start=1):
-        if not raw.strip():
-            stats.bad["empty_line"] += 1
-            continue
-        if _has_nul(raw, stats):
-            continue
-        lines.append(_cut(_decode(raw, stats), stats))
-        if numbers is not None:
-            numbers.append(number)
-    return lines
+    check_file(path)
+    return path.read_bytes()
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ class _BadSession(ValueError):
 _SCALARS = (str, int, float, bool)
 
 
-def _session(obj: Any, stats: InputStats) -> Session:
+def _session(obj: Any, stats: InputStats, parser: RecordParser) -> Session:
     if not isinstance(obj, dict):
         raise _BadSession("not an object")
     ident, lines, label = obj.get("session"), obj.get("lines"), obj.get("label")
@@ -114,16 +120,22 @@ def _session(obj: Any, stats: InputStats) -> Session:
         label = int(label)  # a label written as a string is still a label
     if label is not None and label not in (0, 1):
         raise _BadSession("'label' must be 0 or 1")  # also refuses 1e400 (inf) and NaN
+    # lone surrogates (JSON may spell them `\\ud800`) become `?`: the parser reads UTF-8 bytes
+    raw = (str(line).encode("utf-8", "replace") for line in lines)
     return Session(
-        _valid(str(ident)),
-        [_cut(_valid(str(line)), stats) for line in lines],
+        str(ident).encode("utf-8", "replace").decode("utf-8"),
+        [record.line for record in _parsed(raw, parser, stats)],
         None if label is None else int(label),
     )
 
 
-def _valid(text: str) -> str:
-    """Lone surrogates (JSON may spell them `\\ud800`) become `?`: the tokenizer needs UTF-8."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+def _parsed(raw_lines: Iterable[bytes], parser: RecordParser, stats: InputStats) -> Iterator[LogRecord]:
+    for raw in raw_lines:
+        parsed = parser.parse(raw)
+        if isinstance(parsed, Rejected):
+            stats.add(parsed)
+        else:
+            yield parsed
 
 
 def read_sessions(path: Path, stats: InputStats, numbers: list[int] | None = None) -> list[Session]:
@@ -134,15 +146,16 @@ def read_sessions(path: Path, stats: InputStats, numbers: list[int] | None = Non
     given, gets each kept session's 1-based line number in the file.
     """
     sessions = []
+    parser = line_parser()
     for number, raw in enumerate(_read_bytes(path).splitlines(), start=1):
-        if not raw.strip() or _has_nul(raw, stats):
+        if not raw.strip():
             continue
         try:
-            sessions.append(_session(json.loads(_decode(raw, stats)), stats))
+            sessions.append(_session(json.loads(raw.decode("utf-8", errors="replace")), stats, parser))
             if numbers is not None:
                 numbers.append(number)
         except (ValueError, RecursionError):  # JSONDecodeError, int digits limit, _BadSession
-            stats.bad["bad_session_json"] += 1
+            stats.count("bad_session_json")
     if not sessions:
         raise InputError(f"{path}: no valid sessions (expected JSONL with 'session' and 'lines')")
     return sessions
@@ -158,13 +171,6 @@ def read_labels(path: Path, expected: int) -> list[int]:
     return [int(t) for t in tokens]
 
 
-def stream_of(line: str, key: Pattern | None) -> str:
-    """The stream a line belongs to: the regex's first group (or whole match), else 'default'."""
-    if key is None:
-        return "default"
-    return search_key(key, line) or "default"
-
-
 def compile_stream_key(pattern: str | None) -> Pattern | None:
     """`--stream-key`, compiled with RE2 (logstream.regex) so no log line can make it hang."""
     if pattern is None:
@@ -175,11 +181,25 @@ def compile_stream_key(pattern: str | None) -> Pattern | None:
         raise InputError(f"--stream-key: {pattern!r} is {exc}") from None
 
 
-def streams_from_lines(lines: list[str], key: Pattern | None) -> list[Stream]:
+def streams_from_records(records: Iterable[LogRecord]) -> list[Stream]:
+    """Records grouped by their stream, in order of first appearance (training's input)."""
     by_stream: dict[str, list[str]] = {}
-    for line in lines:
-        by_stream.setdefault(stream_of(line, key), []).append(line)
+    for record in records:
+        by_stream.setdefault(record.stream, []).append(record.line)
     return [Stream(name, stream_lines) for name, stream_lines in by_stream.items()]
+
+
+def parse_lines(lines: Iterable[str], stream_key: str | None = None) -> list[LogRecord]:
+    """Lines already in memory (generated, or a slice of a file) as the parser makes them;
+    offset: the line's 0-based index. Bad lines are skipped (counted nowhere: the caller made them)."""
+    parser = line_parser(stream_key)
+    parsed = (parser.parse(line.encode("utf-8", "replace"), offset=i) for i, line in enumerate(lines))
+    return [record for record in parsed if isinstance(record, LogRecord)]
+
+
+def streams_from_lines(lines: Iterable[str], stream_key: str | None = None) -> list[Stream]:
+    """Lines grouped into streams by the `stream_key` regex (as the parser keys them)."""
+    return streams_from_records(parse_lines(lines, stream_key))
 
 
 def streams_from_sessions(sessions: list[Session]) -> list[Stream]:

@@ -39,6 +39,7 @@ from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.stdin import read_stdin
 from logstream.detector import Detector
 from logstream.event_time import with_event_time
+from logstream.inputs import line_parser
 from logstream.records import Anomaly, LogRecord
 from logstream.settings import InputSettings
 
@@ -98,16 +99,6 @@ def anomaly_json(anomaly: Anomaly) -> str:
     return json.dumps(asdict(anomaly))
 
 
-def parser_for(options: TailOptions) -> RecordParser:
-    """Plain lines; the stream is the regex's first group (or match), else `default`."""
-    key = "regex" if options.stream_regex else "none"
-    settings = InputSettings(
-        format="plain", stream_key=key, stream_regex=options.stream_regex,
-        max_message_bytes=options.max_message_bytes,
-    )  # fmt: skip
-    return RecordParser(settings)
-
-
 def run_tail(
     options: TailOptions,
     detector: Detector,
@@ -119,7 +110,7 @@ def run_tail(
     in the main thread); print anomalies to `out`, hand them to `sink`, then close the sink."""
     stop = stop or threading.Event()
     stats = TailStats()
-    parser = parser_for(options)
+    parser = line_parser(options.stream_regex, options.max_message_bytes)
     records: queue.Queue[LogRecord | _End] = queue.Queue(QUEUE_RECORDS)
     stats.rejects = [RejectLog() for _ in options.inputs]
     readers = [

@@ -32,9 +32,12 @@ from pydantic import (
     model_validator,
 )
 
-from logstream.model import META_VERSION, PRESETS, ModelDirError
+from logstream.errors import UserError
+from logstream.presets import PRESETS
 from logstream.regex import RegexError, compile_safe
 from logstream.scoring import Calibration
+
+META_VERSION = 2  # 2: calibrated tails (scores in -log10 p); 1 had raw quantile thresholds
 
 # Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim
 # floats up front, so the bound is what keeps a bad file from asking for terabytes.
@@ -47,6 +50,10 @@ MAX_PROMPT_LINES = 4096
 # What building a Calibration from a wrong shape of JSON raises: a missing inner field
 # (KeyError), a wrong type (TypeError, AttributeError: `None.items()`), a bad value (ValueError).
 CALIBRATION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
+
+
+class ModelDirError(UserError):
+    """The model directory is missing, foreign or damaged."""
 
 
 class MaskRuleMeta(BaseModel):

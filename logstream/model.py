@@ -8,7 +8,6 @@ foreign or damaged is a `ModelDirError` with one clear line.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,38 +16,17 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from logstream.errors import UserError
+from logstream.metadata import META_VERSION, ModelDirError, validate_meta
+from logstream.presets import PRESETS
 from logstream.tokenizer import LineTokenizer
 
 META_FILE = "logstream.json"
-META_VERSION = 2  # 2: calibrated tails (scores in -log10 p); 1 had raw quantile thresholds
 # Checkpoints with the Llama tensor layout that the engine's own forward can run.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
 
-@dataclass(frozen=True)
-class Preset:
-    hidden_size: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate_size: int
-    vocab_size: int
-
-
-PRESETS: dict[str, Preset] = {
-    "tiny": Preset(hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, vocab_size=512),
-    "small": Preset(hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384, vocab_size=1024),
-    "base": Preset(hidden_size=512, layers=8, heads=8, kv_heads=4, intermediate_size=1536, vocab_size=4096),
-}  # fmt: skip
-
-
 # Our CLI shows its own progress; HF's per-file bars ("Writing model shards") are noise on stderr.
 hf_logging.disable_progress_bar()
-
-
-class ModelDirError(UserError):
-    """The model directory is missing, foreign or damaged."""
 
 
 def build_model(preset: str, tokenizer: LineTokenizer, max_positions: int) -> LlamaForCausalLM:
@@ -93,8 +71,6 @@ def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenize
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ModelDirError(f"{meta_path} is damaged: {exc}") from None
-    from logstream.metadata import validate_meta  # here: logstream.metadata imports this module
-
     meta = validate_meta(meta, str(meta_path))
     if not any(directory.glob("*.safetensors")):
         raise ModelDirError(f"{directory} has no .safetensors weights (pickle files are never loaded)")

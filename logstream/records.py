@@ -1,4 +1,4 @@
-"""The two records that cross module boundaries: a log line in, an anomaly out."""
+"""The records that cross module boundaries: a log line in, a stream of lines, an anomaly out."""
 
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ class LogRecord:
     timestamp: float | None = None  # event time, unix seconds (a JSON field, else Kafka's)
     labels: tuple[tuple[str, str], ...] = ()  # from the record, for alert routing (input.label_*)
     source_kind: str = ""  # "kafka" (source = topic/partition) | "file" (source = path) | "stdin"
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One stream's lines in order; `ended` if it closed (a session), so its end is learned."""
+
+    name: str
+    lines: list[str]
+    ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)

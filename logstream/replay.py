@@ -16,8 +16,8 @@ share one threshold; the report lists each chunk's model and its raw-score thres
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -29,19 +29,21 @@ import numpy as np
 from logstream.detector import Detector, ScoredLine
 from logstream.explain import Explanation
 from logstream.inputs import (
+    InputError,
     InputStats,
     Session,
+    check_file,
     compile_stream_key,
+    line_parser,
     read_labels,
-    read_lines,
+    read_records,
     read_sessions,
-    stream_of,
-    streams_from_lines,
+    streams_from_records,
     streams_from_sessions,
 )
-from logstream.records import LogRecord
+from logstream.records import Anomaly, LogRecord, Stream
 from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1
-from logstream.train import Stream, TrainConfig, Trained, train
+from logstream.train import TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
 MIN_FIRST_CHUNK = 1000
@@ -63,16 +65,18 @@ class ReplayOptions:
     threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
 
 
-@dataclass
+@dataclass(slots=True)
 class Unit:
-    """What is scored and evaluated: a line (lines format) or a session (sessions format)."""
+    """What is scored and evaluated: a line (lines format) or a session (sessions format).
+
+    One is kept per scored item, so it holds no per-line extras (slots, no dict; the top
+    tokens and explanation live in `anomaly`/`explanation`, set for anomalies only)."""
 
     stream: str
     text: str  # the line, or the session's most surprising line
     score: float  # calibrated, -log10 p
     threshold: float
     label: int | None
-    top_tokens: tuple[tuple[str, float], ...] = ()
     index: int = 0  # item number (lines or sessions read), 0-based; labels are indexed by it
     raw: float = 0.0  # nats: surprisal + severity prior + novelty
     surprisal: float = 0.0  # nats/token, the model alone
@@ -83,6 +87,8 @@ class Unit:
     template: str | None = None  # the template mined for the line when it was scored
     explanation: Explanation | None = None  # its surprising words (anomalous lines only)
     new_words: tuple[str, ...] = ()  # explained words no earlier line of its stream had (`groups`)
+    event_time: float | None = None  # the log's own time at the start of the line, if it has one
+    anomaly: Anomaly | None = None  # what serve would hand to the alerts (Detector.anomaly)
 
     @property
     def is_anomaly(self) -> bool:
@@ -159,65 +165,44 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 class _Scorer:
-    """Drives one chunk's detector over records or sessions, keeping peak cache bytes."""
+    """Drives one chunk's detector over records or sessions, as serve drives it."""
 
     def __init__(self, detector: Detector, chunk: int, tick: Callable[[int], None]) -> None:
-        self.detector, self.chunk, self.tick, self.peak_cache_bytes = detector, chunk, tick, 0
+        self.detector, self.chunk, self.tick = detector, chunk, tick
 
-    def lines(
-        self,
-        lines: list[str],
-        first_index: int,
-        streams: list[str],
-        labels: list[int] | None,
-        numbers: list[int],
-    ) -> list[Unit]:
+    def lines(self, records: list[LogRecord], first_index: int, labels: list[int] | None) -> list[Unit]:
         units = []
-        records = [  # offset: the 0-based line of the file
-            LogRecord(line=line, stream=s, source="replay", offset=numbers[first_index + i] - 1)
-            for i, (line, s) in enumerate(zip(lines, streams, strict=True))
-        ]
         for start in range(0, len(records), LINE_BATCH):
             batch = records[start : start + LINE_BATCH]
             for j, scored in enumerate(self.detector.score(batch)):
                 i = first_index + start + j
-                units.append(self._unit(scored, scored.score, labels[i] if labels else None, i, numbers[i]))
-            self.peak_cache_bytes = max(self.peak_cache_bytes, self.detector.cache_bytes)
+                line = scored.record.offset + 1 if scored.record.offset is not None else i + 1
+                units.append(self._unit(scored, scored, labels[i] if labels else None, i, line))
             self.tick(len(batch))
-        for stream in set(streams):
+        for stream in {r.stream for r in records}:
             self.detector.close(stream)
         return units
 
     def sessions(self, sessions: list[Session], first_index: int, numbers: list[int]) -> list[Unit]:
         units = []
-        calibration = self.detector.calibration
         for offset, batch in enumerate(_batches(sessions, SESSION_BATCH)):
-            records = [LogRecord(line=line, stream=s.id, source="replay") for s in batch for line in s.lines]
-            scored = self.detector.score(records)
-            self.peak_cache_bytes = max(self.peak_cache_bytes, self.detector.cache_bytes)
-            by_session: dict[str, list[ScoredLine]] = {}
-            for s in scored:
-                by_session.setdefault(s.record.stream, []).append(s)
-            for j, session in enumerate(batch):
-                lines = by_session.get(session.id, [])
-                end = self.detector.close(session.id)
-                score = calibration.session_score([s.score for s in lines], end.score if end else None)
-                worst = max([*lines, *([end] if end else [])], key=lambda s: s.score, default=None)
+            scored = self.detector.score_streams(streams_from_sessions(batch))
+            for j, (session, result) in enumerate(zip(batch, scored, strict=True)):
                 index = first_index + offset * SESSION_BATCH + j
-                if worst is not None:
-                    units.append(self._unit(worst, score, session.label, index, numbers[index], session.id))
-            self.tick(len(records))
+                if result.worst is not None:  # the session alert: its worst line, the session's score
+                    worst = dataclasses.replace(result.worst, score=result.score)
+                    units.append(self._unit(result.worst, worst, session.label, index, numbers[index]))
+            self.tick(sum(len(s.lines) for s in batch))
         return units
 
-    def _unit(
-        self, scored: ScoredLine, score: float, label: int | None, index: int, line: int,
-        stream: str | None = None,
-    ) -> Unit:  # fmt: skip
+    def _unit(self, scored: ScoredLine, unit: ScoredLine, label: int | None, index: int, line: int) -> Unit:
+        """`scored`: the line as scored; `unit`: the same carrying the unit's (session's) score."""
         return Unit(
-            stream=stream or scored.record.stream, text=scored.record.line, score=score,
-            threshold=scored.threshold, label=label, top_tokens=scored.top_tokens, index=index,
+            stream=unit.record.stream, text=scored.record.line, score=unit.score,
+            threshold=scored.threshold, label=label, index=index,
             raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
             chunk=self.chunk, line=line, template=scored.template, explanation=scored.explanation,
+            event_time=scored.record.timestamp, anomaly=self.detector.anomaly(unit),
         )  # fmt: skip
 
 
@@ -244,14 +229,13 @@ class ReplayProgress:
 
 @dataclass
 class ReplayInput:
-    """The validated input: lines or sessions, labels, and the stream key."""
+    """The validated input: records (lines format, as serve's parser made them) or sessions."""
 
-    items: list[Any]  # lines (str) or Session
+    items: list[Any]  # LogRecord or Session
     labels: list[int] | None
-    key: re.Pattern[str] | None
     stats: InputStats
     detector: Detector | None  # loaded from --model, else trained during the replay
-    numbers: list[int] = field(default_factory=list)  # each item's 1-based line in the file
+    numbers: list[int] = field(default_factory=list)  # sessions: each one's 1-based line in the file
 
     def __post_init__(self) -> None:
         if not self.numbers:  # items not read from a file: number them 1..n
@@ -262,18 +246,20 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
     """Read and check input and model before any work starts; raises InputError/ModelDirError."""
     stats = InputStats()
     compile_stream_key(options.stream_key)  # a bad --stream-key fails before any work
+    check_file(options.input)
     numbers: list[int] = []
+    detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
     if options.format == "sessions":
         items: list[Any] = read_sessions(options.input, stats, numbers)
     else:
-        items = read_lines(options.input, stats, numbers)
+        # without --stream-key, the streams the model was trained on (a forgotten key would put
+        # every line into one `default` stream)
+        saved = detector.meta.get("stream_key") if detector is not None else None
+        items = list(read_records(options.input, stats, line_parser(options.stream_key or saved)))
+        if not items:
+            raise InputError(f"{options.input}: no line to score ({stats.as_dict()} skipped)")
     labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
-    detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
-    # without --stream-key, the streams the model was trained on (a forgotten key would put
-    # every line into one `default` stream)
-    saved = detector.meta.get("stream_key") if detector is not None else None
-    key = compile_stream_key(options.stream_key or saved)
-    return ReplayInput(items, labels, key, stats, detector, numbers)
+    return ReplayInput(items, labels, stats, detector, numbers)
 
 
 def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
@@ -293,7 +279,7 @@ class Part:
 def to_streams(options: ReplayOptions, data: ReplayInput, items: list[Any]) -> list[Stream]:
     if options.format == "sessions":
         return streams_from_sessions(items)
-    return streams_from_lines(items, data.key)
+    return streams_from_records(items)
 
 
 def _train_part(
@@ -369,11 +355,10 @@ def score_parts(
             stream_names.update(s.id for s in part.items)
             scored_lines += sum(len(s.lines) for s in part.items)
         else:
-            streams = [stream_of(line, data.key) for line in part.items]
-            units += scorer.lines(part.items, part.first, streams, data.labels, data.numbers)
-            stream_names.update(streams)
+            units += scorer.lines(part.items, part.first, data.labels)
+            stream_names.update(r.stream for r in part.items)
             scored_lines += len(part.items)
-        peak = max(peak, scorer.peak_cache_bytes)
+        peak = max(peak, part.detector.peak_cache_bytes)
         models.append(_chunk_model(part.detector, part.first, len(part.items)))
     seconds = time.perf_counter() - started
     report = ReplayReport(

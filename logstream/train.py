@@ -36,7 +36,7 @@ from logstream.errors import UserError
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
-from logstream.records import LogRecord
+from logstream.records import Stream
 from logstream.scoring import (
     Calibration,
     Observation,
@@ -51,15 +51,6 @@ MIN_WINDOW = 64
 AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
 MIN_HELDOUT_LINES = 300  # small baselines hold out more (up to 30%), so the tail fit has data
 WINDOWS_PER_BASELINE = 64  # the window shrinks until the baseline holds this many of them
-
-
-@dataclass(frozen=True)
-class Stream:
-    """One stream's lines in order; `ended` if it closed (a session), so its end is learned."""
-
-    name: str
-    lines: list[str]
-    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,20 +264,14 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     sessions: list[tuple[list[Observation], float]] = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
-        streams = heldout[start : start + group]
-        scored = detector.score([LogRecord(line=line, stream=s.name) for s in streams for line in s.lines])
-        by_stream: dict[str, list[Observation]] = {s.name: [] for s in streams}
-        for line in scored:
-            by_stream[line.record.stream].append(
-                Observation(line.surprisal, line.level, line.novel, line.repeats, line.known_template)
-            )
-        for stream in streams:
-            lines += by_stream[stream.name]
-            if stream.ended:
-                end = detector.engine.end_nll(stream.name, detector.tokenizer.eos_id)
-                end_raw.append(end)
-                sessions.append((by_stream[stream.name], end))
-            detector.engine.drop(stream.name)
+        for session in detector.score_streams(heldout[start : start + group], ends=True):
+            seen = [
+                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template) for s in session.lines
+            ]
+            lines += seen
+            if session.end is not None:
+                end_raw.append(session.end.raw)
+                sessions.append((seen, session.end.raw))
     calibration = fit_calibration(config, lines, end_raw)
     worst = [
         session_worst(

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
 
+from logstream.alerts.__main__ import main
 from logstream.alerts.routing import template_hash
 from logstream.records import Anomaly
+
+
+def alerts_cli(args: Sequence[str]) -> int:
+    """`python -m logstream.alerts ARGS` in this process; its exit status. The CLI points log
+    lines at this test's (captured) stderr: the defaults come back for the next test."""
+    try:
+        return main(args)
+    finally:
+        structlog.reset_defaults()
 
 
 class FakeClock:

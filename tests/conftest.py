@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from logstream.synth import STREAM_KEY, generate_lines
     from logstream.train import TrainConfig, save, train
 
-    streams = streams_from_lines(generate_lines(4000, seed=1).lines, re.compile(STREAM_KEY))
+    streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
     config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=1000, batch_size=16)
     out = tmp_path_factory.mktemp("synthetic-model") / "model"
     save(train(streams, config), out)

@@ -1,5 +1,5 @@
 """The CLI wiring: `logstream replay --alerts [--deliver]`, `logstream alerts check` and
-`logstream alerts silence add|list|expire` (and the older `logstream silence`)."""
+`logstream alerts silence add|list|expire` (the one `silence`)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def test_replay_alerts_dry_run_prints_alerts_and_sends_nothing(log_file: Path, t
 
 
 def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp_path: Path) -> None:
-    """--deliver: the receiver gets exactly the printed notifications, each with its line number,
-    template text, the lines before it, the model that raised it and the line's own time."""
+    """--deliver: the receiver gets exactly the printed notifications, each with its path:line
+    (as tail's alerts carry it), template text, the lines before it, the model that raised it and the line's own time."""
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)])
         result = logstream("replay", log_file, *REPLAY, "--alerts", routes, "--deliver")
@@ -67,7 +67,9 @@ def test_replay_alerts_deliver_sends_what_the_dry_run_prints(log_file: Path, tmp
     for request in received:
         alert = request.body["alerts"][0]
         notes = alert["annotations"]
-        number = int(notes["source"].removeprefix("line "))  # 1-based, as an editor counts
+        path, number_text = notes["source"].rsplit(":", 1)
+        number = int(number_text)  # 1-based, as an editor counts
+        assert path == str(log_file)
         assert lines[number - 1] == notes["first_line"] and notes["template"]
         assert notes["model_id"].startswith("replay-auto-train@") and notes["model_version"]
         assert notes["event_time"] and lines[number - 1].startswith(
@@ -130,7 +132,9 @@ def test_silence_expire_of_an_unknown_id_is_one_error_line(tmp_path: Path) -> No
 def test_silence_refuses_a_glob_under_exact_equality(tmp_path: Path) -> None:
     """`stream=prod-db*` (an older release's glob) is refused with the =~ spelling to use."""
     routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
-    result = logstream("silence", "--alerts", routes, "--match", "stream=prod-db*", "--for", "1h")
+    result = logstream(
+        "alerts", "silence", "add", "--alerts", routes, "--match", "stream=prod-db*", "--for", "1h"
+    )
     assert result.returncode == 2
     assert 'stream=~"prod-db.*"' in result.stderr and result.stderr.count("\n") == 1
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from alerts_support import webhook, write_routes
+from alerts_support import alerts_cli, webhook, write_routes
 
-from logstream.alerts.__main__ import main as alerts_cli
 from logstream.alerts.config import AlertConfigError, load_config, parse_duration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +100,7 @@ def test_cli_check_reports_errors_in_one_line_with_exit_2(
 ) -> None:
     """`python -m logstream.alerts check` on a bad file: exit 2, one line on stderr."""
     path = _edited(tmp_path, {"route": {"receiver": "nobody"}})
-    assert alerts_cli(["check", "--routes", str(path)]) == 2
+    assert alerts_cli(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown receiver 'nobody'" in err
 

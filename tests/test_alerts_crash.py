@@ -24,7 +24,7 @@ def _worker(routes: Path) -> subprocess.Popen[bytes]:
         "-m",
         "logstream.alerts",
         "deliver",
-        "--routes",
+        "--alerts",
         str(routes),
         "--until-idle",
     ]

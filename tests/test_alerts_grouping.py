@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alerts_support import FakeClock, anomaly, template_label, webhook, write_routes
+from alerts_support import FakeClock, alerts_cli, anomaly, template_label, webhook, write_routes
 from http_receivers import Receiver
 
-from logstream.alerts.__main__ import main as alerts_cli
 from logstream.alerts.config import load_config
 from logstream.alerts.outbox import Outbox
 from logstream.alerts.pipeline import drain
@@ -130,13 +129,13 @@ def test_alert_goes_out_when_its_silence_expires(tmp_path: Path) -> None:
 
 
 def test_silence_added_from_the_cli_mutes_a_running_outbox(tmp_path: Path) -> None:
-    """`python -m logstream.alerts silence` writes the silences file; the open outbox obeys it."""
+    """`python -m logstream.alerts silence add` stores a silence; the open outbox obeys it."""
     clock = FakeClock(time.time())  # the CLI's silence starts now, in real time
     silences = tmp_path / "silences.yaml"
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)], silences_file=str(silences))
         outbox = _open(routes, clock)
-        args = ["silence", "--routes", str(routes), "--match", "stream=prod-api", "--for", "2h"]
+        args = ["silence", "add", "--alerts", str(routes), "--match", "stream=prod-api", "--for", "2h"]
         assert alerts_cli([*args, "--comment", "maintenance"]) == 0
         clock.advance(1)
         outbox.put([anomaly(stream="prod-api"), anomaly(stream="prod-web")])

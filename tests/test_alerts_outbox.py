@@ -126,7 +126,7 @@ def test_corrupt_outbox_is_one_error_line(tmp_path: Path) -> None:
     file, no traceback."""
     routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")])
     (tmp_path / "outbox.sqlite").write_bytes(b"this is not an SQLite database\n" * 200)
-    cmd = [sys.executable, "-m", "logstream.alerts", "deliver", "--routes", str(routes), "--until-idle"]
+    cmd = [sys.executable, "-m", "logstream.alerts", "deliver", "--alerts", str(routes), "--until-idle"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -85,7 +85,7 @@ def test_undelivered_at_sigterm_is_delivered_by_the_next_process(tmp_path: Path)
     config = load_config(routes)
     assert Outbox(config.delivery.outbox, config).pending() == 1
     with Receiver(port=port) as receiver:
-        cmd = [sys.executable, "-m", "logstream.alerts", "deliver", "--routes", str(routes), "--until-idle"]
+        cmd = [sys.executable, "-m", "logstream.alerts", "deliver", "--alerts", str(routes), "--until-idle"]
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         arrived = [(r.body["status"], r.body["alerts"][0]["annotations"]["count"]) for r in receiver.ok()]
     assert second.returncode == 0, second.stderr[-2000:]

@@ -7,7 +7,6 @@ rate whatever model, chunk or stream produced the score (docs/quality.md).
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from logstream.detector import Detector
 from logstream.incidents import inject
-from logstream.inputs import streams_from_lines
+from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
 from logstream.synth import STREAM_KEY, generate_lines
 from logstream.train import TrainConfig, train
@@ -58,9 +57,8 @@ def test_auto_train_all_reports_one_threshold_unit(prequential: tuple[dict, list
 def two_models(synthetic_model_dir: Path) -> list[Detector]:
     """The shared test model and one trained differently (window, seed, data, steps): their raw
     surprisals differ, their calibrated scores should not."""
-    key = re.compile(STREAM_KEY)
     other = train(
-        streams_from_lines(generate_lines(3000, seed=9).lines, key),
+        streams_from_lines(generate_lines(3000, seed=9).lines, STREAM_KEY),
         TrainConfig(preset="tiny", window=64, seed=2, min_steps=300, max_steps=300, batch_size=16),
     )
     return [
@@ -74,11 +72,10 @@ def two_models(synthetic_model_dir: Path) -> list[Detector]:
 def test_two_models_flag_normal_lines_at_the_same_rate(two_models: list[Detector], rate: float) -> None:
     """On the same 2,000 fresh normal lines, each model puts about `rate` of them above the
     score -log10(rate) (within a factor of 2): a threshold means the same for both."""
-    key = re.compile(STREAM_KEY)
     lines = generate_lines(2000, seed=31).lines
     for detector in two_models:
         detector.reset()
-        scored = detector.score([LogRecord(line=line, stream=key.search(line).group(1)) for line in lines])
+        scored = detector.score(parse_lines(lines, STREAM_KEY))
         share = float(np.mean([s.score > -np.log10(rate) for s in scored]))
         assert rate / 2 <= share <= rate * 2, f"{detector.meta['window']=}: {share:.3f} above p = {rate}"
 

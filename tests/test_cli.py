@@ -169,7 +169,8 @@ def test_label_count_mismatch_is_an_error(cli_model: Path, tmp_path: Path) -> No
 
 
 def test_invalid_utf8_and_huge_lines_are_counted_not_fatal(cli_model: Path, tmp_path: Path) -> None:
-    """Invalid UTF-8 and a 1 MB line are counted in bad_input and still scored; no crash."""
+    """Invalid UTF-8 and a 1 MB line are counted in bad_input by serve's reject kinds and
+    skipped, as serve skips them; the rest is scored, no crash."""
     good = generate_lines(20, seed=2).lines
     path = tmp_path / "messy.log"
     path.write_bytes(
@@ -179,8 +180,8 @@ def test_invalid_utf8_and_huge_lines_are_counted_not_fatal(cli_model: Path, tmp_
     result = logstream("replay", path, "--model", cli_model, "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["bad_input"] == {"invalid_utf8": 1, "oversized_line": 1}
-    assert summary["lines"] == 22
+    assert summary["bad_input"] == {"undecodable": 1, "oversized": 1}
+    assert summary["lines"] == 20
 
 
 def test_unknown_preset_is_cli_misuse(tmp_path: Path) -> None:

@@ -7,24 +7,21 @@ old 0.995-quantile default: a broken order is one surprising token, which the qu
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from logstream.detector import Detector, ScoredLine
-from logstream.records import LogRecord
+from logstream.inputs import parse_lines
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines
-
-KEY = re.compile(STREAM_KEY)
 
 
 @pytest.fixture(scope="module")
 def scored(synthetic_model_dir: Path) -> tuple[SyntheticLog, list[ScoredLine]]:
     log = generate_lines(1500, seed=7, incidents=INCIDENT_KINDS * 4)
     detector = Detector.load(synthetic_model_dir, device="cpu", false_alarm_rate=5e-3)
-    records = [LogRecord(line=line, stream=KEY.search(line).group(1)) for line in log.lines]
+    records = parse_lines(log.lines, STREAM_KEY)
     return log, detector.score(records)
 
 

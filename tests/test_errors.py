@@ -52,5 +52,5 @@ def test_a_bad_duration_for_a_silence_is_a_user_error(tmp_path: Path) -> None:
         "route: {receiver: r}\nreceivers: [{name: r, webhook_configs: [{url: 'http://127.0.0.1:9/'}]}]\n"
         f"delivery: {{outbox: {tmp_path / 'outbox.sqlite'}}}\n"
     )
-    result = _cli("silence", "--alerts", routes, "--match", 'stream="a"', "--for", "soon")
+    result = _cli("alerts", "silence", "add", "--alerts", routes, "--match", 'stream="a"', "--for", "soon")
     assert result.returncode == 2 and result.stderr.startswith("error: --for:"), result.stderr

@@ -10,8 +10,8 @@ import pytest
 
 from logstream.detector import Detector
 from logstream.explain import explain_line, line_token_offsets, mask_with_map
+from logstream.inputs import parse_lines
 from logstream.normalize import DEFAULT_RULES, Normalizer
-from logstream.records import LogRecord
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.tokenizer import LineTokenizer, train_tokenizer
 
@@ -122,8 +122,7 @@ def test_detector_explains_anomalies_in_words(synthetic_model_dir: Path) -> None
     are words of the line (never blank, punctuation or the stream key), and normal lines none."""
     log = generate_lines(600, seed=7, incidents=INCIDENT_KINDS * 2)
     detector = Detector.load(synthetic_model_dir, device="cpu", false_alarm_rate=5e-3)
-    key = re.compile(STREAM_KEY)
-    scored = detector.score([LogRecord(line=line, stream=key.search(line).group(1)) for line in log.lines])
+    scored = detector.score(parse_lines(log.lines, STREAM_KEY))
     anomalies = [s for s in scored if s.is_anomaly]
     assert anomalies and all(s.explanation is None for s in scored if not s.is_anomaly)
     for s in anomalies:

@@ -7,30 +7,66 @@ from pathlib import Path
 
 import pytest
 
-from logstream.inputs import InputError, InputStats, compile_stream_key, read_lines, read_sessions, stream_of
-from logstream.normalize import MAX_LINE_CHARS
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
+from logstream.inputs import (
+    InputError,
+    InputStats,
+    compile_stream_key,
+    line_parser,
+    parse_lines,
+    read_lines,
+    read_records,
+    read_sessions,
+)
+from logstream.settings import InputSettings
+from logstream.synth import STREAM_KEY
+
+MAX_MESSAGE_BYTES = InputSettings().max_message_bytes
 
 
 def test_long_session_record_is_read_whole(tmp_path: Path) -> None:
     """A session whose JSON record is longer than one log line may be is still one session;
-    only its overlong log lines are cut (and counted)."""
-    lines = [f"line {i} " + "x" * 40 for i in range(300)] + ["y" * (MAX_LINE_CHARS + 10)]
+    only its log lines over max_message_bytes are skipped (and counted), as serve skips them."""
+    lines = [f"line {i} " + "x" * 40 for i in range(300)] + ["y" * (MAX_MESSAGE_BYTES + 1)]
     path = tmp_path / "s.jsonl"
     path.write_text(json.dumps({"session": "big", "lines": lines, "label": 1}) + "\n{not json}\n")
     stats = InputStats()
     (session,) = read_sessions(path, stats)
-    assert session.id == "big" and session.label == 1 and len(session.lines) == 301
-    assert len(session.lines[-1]) == MAX_LINE_CHARS
-    assert stats.as_dict() == {"oversized_line": 1, "bad_session_json": 1}
+    assert session.id == "big" and session.label == 1 and session.lines == lines[:300]
+    assert stats.as_dict() == {"oversized": 1, "bad_session_json": 1}
 
 
-def test_lines_skip_empty_and_repair_bad_bytes(tmp_path: Path) -> None:
-    """Empty lines are counted and skipped; invalid UTF-8 is decoded with replacement and counted."""
+def test_lines_are_judged_as_serve_judges_them(tmp_path: Path) -> None:
+    """Blank lines, invalid UTF-8 and lines over max_message_bytes are rejects of serve's kinds,
+    counted and skipped; a long line under the limit is kept whole."""
     path = tmp_path / "x.log"
-    path.write_bytes(b"a\n\n  \nb \xff\n")
+    long = b"z" * 10_000
+    path.write_bytes(b"a\n\n  \nb \xff\n" + b"y" * (MAX_MESSAGE_BYTES + 1) + b"\n" + long + b"\n")
     stats = InputStats()
-    assert read_lines(path, stats) == ["a", "b \ufffd"]
-    assert stats.as_dict() == {"empty_line": 2, "invalid_utf8": 1}
+    assert read_lines(path, stats) == ["a", long.decode()]
+    assert stats.as_dict() == {"empty": 2, "undecodable": 1, "oversized": 1}
+
+
+def test_replay_reads_a_file_as_serve_parses_its_messages(tmp_path: Path) -> None:
+    """The same raw lines, each parsed as serve parses a Kafka message (plain format, regex
+    stream key), give the records replay reads: the same lines, streams and rejects."""
+    raw = [b"web-1 GET /a 200", b"", b"worker-2 job \xfe started", b"monitor-3 cpu=4%", b"x" * 70_000]
+    path = tmp_path / "x.log"
+    path.write_bytes(b"\n".join(raw) + b"\n")
+    stats = InputStats()
+    replayed = list(read_records(path, stats, line_parser(STREAM_KEY)))
+    serve = RecordParser(InputSettings(format="plain", stream_key="regex", stream_regex=STREAM_KEY))
+    rejects = RejectLog()
+    served = []
+    for value in raw:
+        parsed = serve.parse(value)
+        if isinstance(parsed, Rejected):
+            rejects.add(parsed)
+        else:
+            served.append(parsed)
+    assert [(r.line, r.stream) for r in replayed] == [(r.line, r.stream) for r in served]
+    assert [r.stream for r in replayed] == ["web-1", "monitor-3"]
+    assert stats.as_dict() == {kind: n for kind, n in rejects.counts.items() if n}
 
 
 def test_session_with_impossible_label_is_counted_and_skipped(tmp_path: Path) -> None:
@@ -59,30 +95,30 @@ def test_deeply_nested_session_json_is_counted_and_skipped(tmp_path: Path) -> No
     assert stats.as_dict() == {"bad_session_json": 2}
 
 
-def test_nul_byte_after_the_first_8_kb_is_counted_and_its_line_skipped(tmp_path: Path) -> None:
-    """A NUL byte past the binary sniff (first 8 KB) skips just its line, counted as nul_byte."""
+def test_nul_byte_after_the_first_8_kb_is_scored_as_serve_scores_it(tmp_path: Path) -> None:
+    """A NUL byte past the binary sniff (first 8 KB) is valid UTF-8: its line is kept, as
+    serve keeps such a message (only the start of a file is sniffed for binary)."""
     path = tmp_path / "x.log"
     path.write_bytes(b"ok line\n" * 2_000 + b"bad \x00 line\n" + b"last\n")
     stats = InputStats()
     lines = read_lines(path, stats)
-    assert len(lines) == 2_001 and lines[-1] == "last"
-    assert stats.as_dict() == {"nul_byte": 1}
+    assert len(lines) == 2_002 and lines[-2:] == ["bad \x00 line", "last"]
+    assert stats.as_dict() == {}
 
 
 def test_nul_byte_in_a_session_record_is_counted_and_skipped(tmp_path: Path) -> None:
-    """A session line holding a raw NUL byte past the first 8 KB is skipped as nul_byte."""
+    """A session record holding a raw NUL byte past the first 8 KB is no JSON: bad_session_json."""
     path = tmp_path / "s.jsonl"
     good = json.dumps({"session": "a", "lines": ["x" * 100]}) + "\n"
     path.write_bytes(good.encode() * 100 + b'{"session": "b", "lines": ["\x00"]}\n')
     stats = InputStats()
     assert len(read_sessions(path, stats)) == 100
-    assert stats.as_dict() == {"nul_byte": 1}
+    assert stats.as_dict() == {"bad_session_json": 1}
 
 
 def test_stream_key_runs_on_re2_and_refuses_backreferences() -> None:
     """--stream-key `(a+)+$` cannot hang on a backtracking line (RE2); a backreference is an InputError."""
-    key = compile_stream_key(r"(a+)+$")
-    assert stream_of("a" * 46 + "!", key) == "default"
-    assert stream_of("x aaa", key) == "aaa"
+    records = parse_lines(["a" * 46 + "!", "x aaa"], r"(a+)+$")
+    assert [r.stream for r in records] == ["default", "aaa"]
     with pytest.raises(InputError, match="--stream-key"):
         compile_stream_key(r"(a)\1")

@@ -37,6 +37,7 @@ from kafka_broker import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from logstream.inputs import parse_lines
 from logstream.synth import STREAM_KEY, generate_lines
 
 pytestmark = pytest.mark.kafka
@@ -45,12 +46,11 @@ ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown op
 
 
 def normal_lines(n: int, seed: int) -> list[tuple[bytes, bytes]]:
-    """(key, value) messages: synthetic normal lines keyed by their host."""
-    out = []
-    for line in generate_lines(n, seed=seed).lines:
-        host = re.search(STREAM_KEY, line)
-        out.append(((host.group(1) if host else "default").encode(), line.encode()))
-    return out
+    """(key, value) messages: synthetic normal lines keyed by their host (their stream)."""
+    return [
+        (r.stream.encode(), r.line.encode())
+        for r in parse_lines(generate_lines(n, seed=seed).lines, STREAM_KEY)
+    ]
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:

@@ -8,7 +8,6 @@ what the baseline repeats (docs/quality.md).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,7 +56,7 @@ def test_a_known_template_is_judged_against_its_usual_surprise(synthetic_model_d
     template's offset; a template never seen keeps its whole evidence and still alerts."""
     detector = Detector.load(synthetic_model_dir, device="cpu")
     assert detector.scoring.template_centering is False  # off by default
-    heldout = streams_from_lines(generate_lines(1500, seed=43).lines, re.compile(STREAM_KEY))
+    heldout = streams_from_lines(generate_lines(1500, seed=43).lines, STREAM_KEY)
     calibration = calibrate(detector, heldout, replace(detector.scoring, template_centering=True))
     assert calibration.template_offsets, "no template of the synthetic baseline is routinely surprising"
     assert all(0 < t <= detector.known_clusters for t in calibration.template_offsets)

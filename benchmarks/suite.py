@@ -1,5 +1,8 @@
 """`logstream bench`: the project's claims as numbers, side by side in one run (docs/benchmarks.md).
 
+It lives in benchmarks/, not in the package: peer detectors, memory probes and plots are no
+part of scoring. `logstream bench` (a thin command) and `benchmarks/streaming.py` run it.
+
 Sections (each a function returning a JSON-able dict):
 - table:     the StreamingLLM table on one long log stream: dense attention with recompute,
              a sliding window without sinks, a sliding window with recompute, and sinks + ring
@@ -42,14 +45,14 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from logstream.detector import Detector
+from logstream.detector import Detector, line_evidence
 from logstream.engine import StreamingEngine
 from logstream.inputs import (
     InputStats,
-    compile_stream_key,
+    parse_lines,
     read_sessions,
-    stream_of,
     streams_from_lines,
+    streams_from_records,
     streams_from_sessions,
 )
 from logstream.model import load_model_dir
@@ -57,10 +60,9 @@ from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
 from logstream.scoring import (
-    ScoringConfig,
+    Calibration,
     auc_pr,
     best_f1,
-    line_score,
     precision_recall_f1,
     session_worst,
 )
@@ -208,7 +210,7 @@ def cached_train(runs: Path, name: str, streams: list[Stream], config: TrainConf
 
 def synthetic_baseline() -> list[Stream]:
     """The baseline of `logstream demo`: 6000 incident-free lines, one stream per host."""
-    return streams_from_lines(generate_lines(6000, seed=1).lines, compile_stream_key(STREAM_KEY))
+    return streams_from_lines(generate_lines(6000, seed=1).lines, STREAM_KEY)
 
 
 def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Trained:
@@ -218,15 +220,17 @@ def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Tr
     return cached_train(runs, f"synthetic-{preset}", synthetic_baseline(), train_config)
 
 
-def scores_of(nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
-    """Raw line scores: top-k surprisal in nats plus the severity prior (scoring's "raw"
-    ablation, no tails, no novelty): the benchmark compares models and caches, each with
-    its own quantile threshold, not the calibration."""
-    config = ScoringConfig()
-    return np.array([
-        config.evidence(line_score(nll, config.line_top_k).surprisal, config.severity(line), novel=False)
-        for nll, line in zip(nlls, lines, strict=True)
-    ])  # fmt: skip
+def calibration_of(trained: Trained) -> Calibration:
+    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads it."""
+    return Calibration.from_json(trained.meta["calibration"])
+
+
+def scores_of(calibration: Calibration, nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
+    """Raw line scores (`detector.line_evidence` with the model's calibration; no novelty): the
+    benchmark compares models and caches, each with its own quantile threshold, not the tails."""
+    return np.array(
+        [line_evidence(calibration, nll, line).raw for nll, line in zip(nlls, lines, strict=True)]
+    )
 
 
 def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
@@ -235,9 +239,9 @@ def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
     return round(float(np.exp(np.concatenate(normal).mean())), 3)
 
 
-def quality(nlls: list[np.ndarray], data: Encoded) -> dict[str, float]:
+def quality(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> dict[str, float]:
     labels = np.array(data.labels)
-    ap = auc_pr(scores_of(nlls, data.lines), labels) if labels.any() else float("nan")
+    ap = auc_pr(scores_of(calibration, nlls, data.lines), labels) if labels.any() else float("nan")
     return {"perplexity": perplexity(nlls, data.labels), "auc_pr": round(ap, 4)}
 
 
@@ -282,7 +286,7 @@ def _engine_method(
             rows.append({
                 "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50),
                 "peak_rss_mib": peak.growth_mib, "kv_bytes": engine.cache_bytes + sink_bytes,
-                **quality(nlls, _part(stream, segment)),
+                **quality(detector.calibration, nlls, _part(stream, segment)),
             })  # fmt: skip
     return rows
 
@@ -318,7 +322,7 @@ def _window_recompute(
     return {
         "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50), "peak_rss_mib": peak.growth_mib,
         "kv_bytes": kv_bytes(model, window + max(map(len, stream.ids[n : n + eval_lines]))),
-        **quality(nlls, _part(stream, slice(n, n + eval_lines))),
+        **quality(calibration_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
     }  # fmt: skip
 
 
@@ -363,7 +367,8 @@ def _dense(
     nlls = [nll[a:b] for a, b in itertools.pairwise(bounds)]
     return {
         "lines": n, "status": "ok", "ms_per_line": percentile_ms(seconds, 50), "peak_rss_mib": peak.growth_mib,
-        "kv_bytes": kv_bytes(model, total), **quality(nlls, _part(stream, slice(n, n + eval_lines))),
+        "kv_bytes": kv_bytes(model, total),
+        **quality(calibration_of(trained), nlls, _part(stream, slice(n, n + eval_lines))),
     }  # fmt: skip
 
 
@@ -521,6 +526,7 @@ def streams_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
 
 def ablation_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
     window = config.ablation_window
+    calibration = calibration_of(trained)
     prompt = prompt_ids(trained.tokenizer, trained.meta["pattern_prompt"], trained.meta["sink_tokens"])
     modes = {"S=0": [], "S=1 (BOS)": prompt[:1], "S=4": prompt[:4], f"patterns (S={len(prompt)})": prompt}
     streams = []
@@ -540,8 +546,8 @@ def ablation_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
             [line for s in streams for line in s.lines], [i for s in streams for i in s.ids],
             [y for s in streams for y in s.labels],
         )  # fmt: skip
-        result = quality([n for p in per_stream for n in p], everything)
-        scores = [scores_of(p, s.lines) for p, s in zip(per_stream, streams, strict=True)]
+        result = quality(calibration, [n for p in per_stream for n in p], everything)
+        scores = [scores_of(calibration, p, s.lines) for p, s in zip(per_stream, streams, strict=True)]
         result |= {
             "score_before_roll": _mean_normal(scores, streams, lambda k: range(1, rolls[k])),
             "score_after_roll": _mean_normal(scores, streams, lambda k: range(rolls[k], rolls[k] + 5)),
@@ -754,12 +760,12 @@ def _ours(options: ReplayOptions, data: ReplayInput) -> dict[str, Any]:
 def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # synthetic incidents: the demo's incident log, one stream per host, line labels
-    key = compile_stream_key(STREAM_KEY)
     incident_log = generate_lines(3000, seed=7, incidents=INCIDENT_KINDS * 2, incident_start=0.2)
+    records = parse_lines(incident_log.lines, STREAM_KEY)  # offset: the line's index
+    test_streams = streams_from_records(records)
     by_stream: dict[str, list[int]] = {}  # stream -> line indices, in order
-    for i, line in enumerate(incident_log.lines):
-        by_stream.setdefault(stream_of(line, key), []).append(i)
-    test_streams = [Stream(name, [incident_log.lines[i] for i in idx]) for name, idx in by_stream.items()]
+    for record in records:
+        by_stream.setdefault(record.stream, []).append(record.offset or 0)
     labels = [incident_log.labels[i] for idx in by_stream.values() for i in idx]
     normalizer = Normalizer.from_json(synthetic.meta["mask_rules"])
     synthetic_out: dict[str, Any] = {
@@ -774,7 +780,7 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
         )
         synthetic_out[name] = _ours(
             ReplayOptions(input=Path("synthetic"), format="lines"),
-            ReplayInput(incident_log.lines, incident_log.labels, key, InputStats(), detector),
+            ReplayInput(records, incident_log.labels, InputStats(), detector),
         )
     for name, peer in PEERS.items():
         synthetic_out[name] = _evaluate_peer(
@@ -805,7 +811,7 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
         detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu")
         hdfs_out[name] = _ours(
             ReplayOptions(input=HDFS_SESSIONS, format="sessions"),
-            ReplayInput(test_sessions, None, None, InputStats(), detector),
+            ReplayInput(test_sessions, None, InputStats(), detector),
         )
     hdfs_normalizer = Normalizer.from_json(trained.meta["mask_rules"])
     for name, peer in PEERS.items():

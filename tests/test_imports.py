@@ -1,0 +1,130 @@
+"""The import graph of the package, read from the source (ast; nothing is imported): imports
+run one way, so a core module can be read, tested and reused without the commands above it.
+
+Every import counts, also those inside functions (a lazy import is still a dependency);
+those under `if TYPE_CHECKING:` do not (annotations only). The mapped folders are read under
+the names they are imported as (`alerts/` is `logstream.alerts`, see pyproject).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {  # folder -> the package it is imported as (pyproject [tool.setuptools.package-dir])
+    "logstream": "logstream",
+    "kernels": "logstream.kernels",
+    "consumers": "logstream.consumers",
+    "alerts": "logstream.alerts",
+}
+# Modules that run a command line: nothing below them may import them.
+COMMANDS = {"logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__"}
+# The commands' work (training, backtests, serving, benchmarks): the core that scores records
+# must not depend on it.
+WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live"}
+CORE = {
+    "logstream.records", "logstream.inputs", "logstream.detector", "logstream.engine",
+    "logstream.scoring", "logstream.normalize", "logstream.patterns", "logstream.tokenizer",
+    "logstream.model", "logstream.metadata", "logstream.event_time", "logstream.explain",
+    "logstream.consumers.parse", "logstream.consumers.file", "logstream.alerts.context",
+}  # fmt: skip
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in PACKAGES.items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that `name` imports (`from a import b` counts a.b if it is a module)."""
+    package = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: from the package (one level per extra dot)
+                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*parts, *([base] if base else [])])
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in child.names)
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), i.e. the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    """The reader finds known edges, through the package-dir mapping too (else the checks below
+    would pass on an empty graph)."""
+    edges = graph()
+    assert "logstream.records" in edges["logstream.detector"]
+    assert "logstream.consumers.parse" in edges["logstream.live"]
+    assert "logstream.alerts.cli" in edges["logstream.cli"]
+
+
+def test_cycles_are_found() -> None:
+    """The cycle finder reports a cycle, and only the modules on it."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    """No module imports, even lazily, a module that imports it back."""
+    assert cycles(graph()) == []
+
+
+def test_nothing_imports_a_command_module() -> None:
+    """Only command modules import command modules (cli, alerts.cli, the __main__s)."""
+    bad = [(m, d) for m, deps in graph().items() if m not in COMMANDS for d in deps & COMMANDS]
+    assert bad == []
+
+
+def test_the_core_does_not_import_the_commands_work() -> None:
+    """Records, inputs, the detector and what it is built from import no training, replay,
+    serving or benchmark module (e.g. `inputs` takes `Stream` from records, not train)."""
+    edges = graph()
+    bad = [(m, d) for m in sorted(CORE) for d in sorted(edges[m] & WORK)]
+    assert bad == []
