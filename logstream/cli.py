@@ -27,6 +27,7 @@ from logstream import __version__
 from logstream.alerts.cli import app as alerts_app
 from logstream.demo import write_demo_logs
 from logstream.errors import UserError
+from logstream.feedback_cli import app as feedback_app
 from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
 from logstream.synth import STREAM_KEY
 
@@ -475,6 +476,7 @@ def silence_command(
 
 
 app.add_typer(alerts_app, name="alerts", help="Check routes files; add, list and expire silences.")
+app.add_typer(feedback_app, name="feedback", help="Mark alerts' templates normal or confirmed anomalies.")
 
 
 @app.command("serve")

@@ -17,6 +17,7 @@ import torch
 
 from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
+from logstream.feedback import FeedbackRules
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
@@ -43,10 +44,11 @@ class ScoredLine:
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
+    suppressed: bool = False  # an operator marked its template normal (logstream.feedback)
 
     @property
     def is_anomaly(self) -> bool:
-        return self.score > self.threshold
+        return self.score > self.threshold and not self.suppressed
 
 
 class Detector:
@@ -85,6 +87,7 @@ class Detector:
         self.known_templates = list(meta.get("templates", []))
         self.calibration = Calibration.from_json(meta["calibration"])
         self.miner = seeded_miner(self.known_templates)
+        self.feedback: FeedbackRules | None = None  # templates operators marked normal
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
             "bos": [tokenizer.bos_id],
@@ -167,6 +170,8 @@ class Detector:
         masked, token_ids, surprisal = self.token_surprisal(records)
         threshold = self.threshold
         fit = self.online.fit if self.online else None
+        if self.feedback is not None:
+            self.feedback.refresh()  # at most every refresh_seconds: another replica's verdicts
         out = []
         for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
             ls = line_score(token_nll, self.scoring.line_top_k)
@@ -175,6 +180,9 @@ class Detector:
             repeats = self.recent.add(record.stream, mined.template_id)
             evidence = self.calibration.evidence(Observation(ls.surprisal, level, mined.new, repeats))
             score = self.calibration.line_score(evidence, fit)
+            suppressed = (
+                score > threshold and self.feedback is not None and self.feedback.is_normal(mined.template)
+            )
             out.append(
                 ScoredLine(
                     record=record,
@@ -191,12 +199,13 @@ class Detector:
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_) for pos, nll_ in ls.top_tokens
                     ),
                     explanation=self._explain(record, masked[i], token_nll, mined.new)
-                    if score > threshold
+                    if score > threshold and not suppressed
                     else None,
+                    suppressed=suppressed,
                 )
             )
-        if self.online is not None:
-            self.online.observe([s.raw for s in out], [s.is_anomaly for s in out])
+        if self.online is not None:  # by score: feedback must not move the tail fit
+            self.online.observe([s.raw for s in out], [s.score > s.threshold for s in out])
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

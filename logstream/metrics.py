@@ -8,7 +8,7 @@ the same series. Labels stay low-cardinality: never a stream id or free text.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -61,6 +61,13 @@ TRACKED_STREAM_EVICTIONS = Counter(
     "logstream_tracked_stream_evictions",
     "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",
 )
+FEEDBACK = Counter(
+    "logstream_feedback", "POST /feedback requests by verdict and outcome.", ["verdict", "outcome"]
+)
+FEEDBACK_SUPPRESSED = Counter(
+    "logstream_feedback_suppressed_lines",
+    "Lines over the threshold that did not alert: an operator marked their template normal.",
+)
 
 
 def _always() -> bool:
@@ -106,14 +113,23 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def serve_http(host: str, port: int, health: Health) -> WSGIServer:
-    """Serve /healthz, /readyz and /metrics from a daemon thread; `shutdown()` stops it."""
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def serve_http(
+    host: str, port: int, health: Health, routes: Mapping[str, WsgiApp] | None = None
+) -> WSGIServer:
+    """Serve /healthz, /readyz, /metrics and `routes` (e.g. /feedback) from a daemon thread;
+    `shutdown()` stops it."""
     metrics_app = make_wsgi_app()
+    routes = dict(routes or {})
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics_app(environ, start_response)
+        if path in routes:
+            return routes[path](environ, start_response)
         checks = {"/healthz": health.healthy, "/readyz": health.ready}
         if path not in checks:
             start_response("404 Not Found", [("Content-Type", "text/plain")])

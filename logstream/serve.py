@@ -53,12 +53,14 @@ from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.detector import Detector, ScoredLine
+from logstream.feedback_http import open_feedback
 from logstream.metrics import (
     ACTIVE_STREAMS,
     ANOMALIES,
     ASSIGNED_PARTITIONS,
     BUILD_INFO,
     CACHE_BYTES,
+    FEEDBACK_SUPPRESSED,
     INFLIGHT_LINES,
     LINE_SCORE,
     LINES,
@@ -90,7 +92,7 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
 
-    def write(self, scored: Sequence[ScoredLine]) -> None:
+    def write(self, scored: Sequence[ScoredLine], model: str = "") -> None:
         for line in scored:
             entry = {
                 "source": line.record.source,
@@ -100,7 +102,11 @@ class AuditLog:
                 "score": round(line.score, 4),  # -log10 p, the one unit
                 "surprisal": round(line.surprisal, 4),  # nats, the model alone
                 "anomaly": line.is_anomaly,
+                "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
+                "model": model,  # the version that scored it (`logstream models compare`)
             }
+            if line.suppressed:
+                entry["suppressed"] = True  # over the threshold, but its template was marked normal
             self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -292,7 +298,8 @@ class Service:
         anomalies = anomalies_of(self.detector, self.context, scored)
         self.sink.put(anomalies)
         if self.audit is not None:
-            self.audit.write(scored)
+            self.audit.write(scored, self.detector.model_id)
+        FEEDBACK_SUPPRESSED.inc(sum(line.suppressed for line in scored))
         for anomaly in anomalies:
             ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
         for line in scored:
@@ -363,8 +370,11 @@ def configure_logging(log_format: str, level: str) -> None:
 async def serve(settings: ServeSettings) -> int:
     """Load the model, start the endpoints, serve until SIGTERM/SIGINT; the exit code."""
     health = Health()
+    feedback = open_feedback(settings)
     try:
-        server = serve_http(settings.http.host, settings.http.port, health)
+        server = serve_http(
+            settings.http.host, settings.http.port, health, {"/feedback": feedback} if feedback else None
+        )
     except OSError as exc:
         address = f"{settings.http.host}:{settings.http.port}"
         raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
@@ -384,6 +394,8 @@ async def serve(settings: ServeSettings) -> int:
             false_alarm_rate=settings.model.false_alarm_rate,
             threshold=settings.model.threshold,
         )
+        if feedback is not None:
+            detector.feedback, feedback.normalizer = feedback.rules, detector.normalizer
         health.model_loaded = True
         BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
         THRESHOLD.set(detector.threshold)
@@ -402,6 +414,8 @@ async def serve(settings: ServeSettings) -> int:
             sink.close()
         if audit is not None:
             audit.close()
+        if feedback is not None:
+            feedback.store.close()
         server.shutdown()
 
 

@@ -204,6 +204,20 @@ class HttpSettings(_Section):
     port: Port = 8080
 
 
+class FeedbackSettings(_Section):
+    """Operator feedback (logstream.feedback): where verdicts live, who may POST them."""
+
+    # The feedback database; None = the routes file's outbox (sink kind alerts), else off.
+    # Replicas share feedback when this is one file on a volume they all mount.
+    database: Path | None = None
+    # How often scoring re-reads the verdicts (the CLI's and other replicas').
+    refresh_seconds: float = Field(default=5.0, gt=0)
+    # POST /feedback needs `Authorization: Bearer <token>` (env LOGSTREAM_FEEDBACK__TOKEN).
+    token: SecretStr | None = None
+    # Without a token POST /feedback answers 403, unless this opens it (a trusted network only).
+    allow_without_token: bool = False
+
+
 class ServeSettings(BaseSettings):
     """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http."""
 
@@ -219,6 +233,7 @@ class ServeSettings(BaseSettings):
     input: InputSettings = InputSettings()
     sink: SinkSettings = SinkSettings()
     http: HttpSettings = HttpSettings()
+    feedback: FeedbackSettings = FeedbackSettings()
     # Lines fetched but not yet committed; above it partitions are paused.
     max_inflight_lines: int = Field(default=2_048, gt=0)
     # SIGTERM/SIGINT: time to finish the batch, commit and leave the group.
