@@ -163,6 +163,12 @@ def check(feedback: Feedback) -> None:
         raise FeedbackError(f"template: longer than {MAX_TEMPLATE_CHARS} characters")
 
 
+def covers(template: str, mined: str) -> bool:
+    """Whether a stored template matches a mined one (see `_covers`)."""
+    a, b = template.split(), mined.split()
+    return len(a) == len(b) and _covers(a, b)
+
+
 def _covers(rule: list[str], tokens: list[str]) -> bool:
     """A stored template's tokens match a mined template's (same count): each pair equal or
     one of them `<*>` (Drain may have widened either since)."""

@@ -78,7 +78,11 @@ class FeedbackEndpoint:
             return "400 Bad Request", {"error": str(exc)}
         except _NotReady:
             return "503 Service Unavailable", {"error": "the model is not loaded yet; retry"}
-        stored = self.store.add(feedback)
+        try:
+            stored = self.store.add(feedback)
+        except FeedbackError as exc:  # the database is locked, full or gone: the caller may retry
+            log.error("feedback_not_stored", error=str(exc))
+            return "503 Service Unavailable", {"error": str(exc)}
         self.rules.refresh(force=True)  # in effect for the next batch, not in refresh_seconds
         FEEDBACK.labels(verdict=stored.verdict, outcome="stored").inc()
         log.info("feedback_stored", verdict=stored.verdict, template=stored.template, by=stored.created_by)

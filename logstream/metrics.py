@@ -68,6 +68,20 @@ FEEDBACK_SUPPRESSED = Counter(
     "logstream_feedback_suppressed_lines",
     "Lines over the threshold that did not alert: an operator marked their template normal.",
 )
+MODEL_RELOADS = Counter(
+    "logstream_model_reloads", "Hot reloads of the model store's live version (promote or rollback)."
+)
+MODEL_FLAGGED = Counter(
+    "logstream_model_flagged_lines", "Lines over the threshold, per model role (live, shadow).", ["role"]
+)
+MODEL_WOULD_ALERT = Counter(
+    "logstream_model_would_alert",
+    "Distinct (stream, template) flagged per batch, per model role: alerts before grouping timers.",
+    ["role"],
+)
+SHADOW_OVERLAP = Counter(
+    "logstream_shadow_overlap_lines", "Lines flagged by both the live and the shadow model."
+)
 
 
 def _always() -> bool:

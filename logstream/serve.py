@@ -54,6 +54,7 @@ from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.detector import Detector, ScoredLine
 from logstream.feedback_http import open_feedback
+from logstream.live_model import ModelFollower
 from logstream.metrics import (
     ACTIVE_STREAMS,
     ANOMALIES,
@@ -64,6 +65,7 @@ from logstream.metrics import (
     INFLIGHT_LINES,
     LINE_SCORE,
     LINES,
+    MODEL_RELOADS,
     PAUSED_PARTITIONS,
     SCORE_SECONDS,
     TEMPLATES,
@@ -73,8 +75,10 @@ from logstream.metrics import (
     Health,
     serve_http,
 )
+from logstream.model_store import version_dir
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
+from logstream.shadow import Shadow, count_live
 
 log = structlog.get_logger(__name__)
 
@@ -92,9 +96,11 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
 
-    def write(self, scored: Sequence[ScoredLine], model: str = "") -> None:
+    def write(self, scored: Sequence[ScoredLine], model: str = "", shadow: bool = False) -> None:
+        at = round(time.time(), 3)  # wall time, for `logstream models compare --since/--until`
         for line in scored:
             entry = {
+                "at": at,
                 "source": line.record.source,
                 "offset": line.record.offset,
                 "stream": line.record.stream,
@@ -107,6 +113,8 @@ class AuditLog:
             }
             if line.suppressed:
                 entry["suppressed"] = True  # over the threshold, but its template was marked normal
+            if shadow:
+                entry["shadow"] = True  # a candidate's score: it never reached the sink
             self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -125,8 +133,12 @@ class Service:
         sink: AnomalySink,
         health: Health,
         audit: AuditLog | None = None,
+        follower: ModelFollower | None = None,
+        shadow: Shadow | None = None,
     ) -> None:
         self.settings = settings
+        self.follower = follower  # model.store: hot reload between batches
+        self.shadow = shadow  # model.shadow: a candidate that never pages
         self.detector = detector
         self.sink = sink
         self.health = health
@@ -251,6 +263,8 @@ class Service:
 
     def _score_and_hand_off(self, batch: Batch) -> None:
         """Worker thread: score, hand anomalies to the sink (durable on return), audit."""
+        if self.follower is not None:
+            self._follow(self.follower)
         started = time.perf_counter()
         scored = self.detector.score(batch.records)
         SCORE_SECONDS.observe(time.perf_counter() - started)
@@ -259,7 +273,21 @@ class Service:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
         self._put(scored)
+        count_live(scored)
+        if self.shadow is not None:  # after the hand-off: a candidate never delays an alert
+            shadowed = self.shadow.score(batch.records, scored)
+            if self.audit is not None:
+                self.audit.write(shadowed, self.shadow.detector.model_id, shadow=True)
         LINES.inc(len(batch.records))
+
+    def _follow(self, follower: ModelFollower) -> None:
+        """Between batches: switch to the store's live version if a promote or rollback changed it."""
+        new = follower.poll(self.detector)
+        if new is not None:
+            self.detector = new
+            BUILD_INFO.clear()
+            BUILD_INFO.labels(version=__version__, model_id=new.model_id).set(1)
+            MODEL_RELOADS.inc()
 
     def _track(self, records: Sequence[LogRecord], now: float) -> None:
         """Mark the records' streams as just seen; forget the least recently seen past the cap."""
@@ -386,16 +414,24 @@ async def serve(settings: ServeSettings) -> int:
         sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
         health.sink_healthy = sink.healthy
         audit = AuditLog(settings.audit_log) if settings.audit_log else None
-        detector = await asyncio.to_thread(
-            Detector.load,
-            settings.model.dir,
-            device=settings.model.device,
-            window=settings.model.window,
-            false_alarm_rate=settings.model.false_alarm_rate,
-            threshold=settings.model.threshold,
-        )
+        options = {
+            "device": settings.model.device, "window": settings.model.window,
+            "false_alarm_rate": settings.model.false_alarm_rate, "threshold": settings.model.threshold,
+        }  # fmt: skip
+        follower, shadow = None, None
+        if settings.model.store is not None:
+            follower = ModelFollower(settings.model.store, options, settings.model.reload_seconds)
+            detector = await asyncio.to_thread(follower.load_live)
+            if settings.model.shadow is not None:
+                shadow_dir = version_dir(settings.model.store, settings.model.shadow)
+                shadow = Shadow(await asyncio.to_thread(Detector.load, shadow_dir, **options))
+        else:
+            assert settings.model.dir is not None  # ModelSettings: exactly one of dir and store
+            detector = await asyncio.to_thread(Detector.load, settings.model.dir, **options)
         if feedback is not None:
             detector.feedback, feedback.normalizer = feedback.rules, detector.normalizer
+            if shadow is not None:
+                shadow.detector.feedback = feedback.rules
         health.model_loaded = True
         BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
         THRESHOLD.set(detector.threshold)
@@ -404,7 +440,7 @@ async def serve(settings: ServeSettings) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        if not await Service(settings, detector, sink, health, audit).run(stop):
+        if not await Service(settings, detector, sink, health, audit, follower, shadow).run(stop):
             # the worker may be stuck in a batch: exit now, as the grace promised (what was
             # handed off is durable; the rest is uncommitted and will be re-delivered)
             os._exit(1)

@@ -52,9 +52,16 @@ class _Section(BaseModel):
 
 
 class ModelSettings(_Section):
-    """The trained model directory that `logstream train` wrote."""
+    """The trained model: a directory `logstream train` wrote, or a model store to follow."""
 
-    dir: Path
+    dir: Path | None = None
+    # Or a model store (logstream.model_store): serve loads its live version and hot-reloads
+    # it when `logstream models promote|rollback` changes it (checked every reload_seconds).
+    store: Path | None = None
+    reload_seconds: float = Field(default=5.0, gt=0)
+    # A candidate store version scored next to the live one on the same records; it never
+    # pages (its anomalies go to metrics and the audit log only). Needs `store`.
+    shadow: str | None = None
     device: str = "cpu"
     # Tokens kept in each stream's rolling window; None = the window it was trained with.
     window: int | None = Field(default=None, gt=0)
@@ -66,6 +73,14 @@ class ModelSettings(_Section):
     false_alarm_rate: float | None = Field(default=None, gt=0, lt=1)
     # Or the threshold itself in -log10 p; overrides false_alarm_rate.
     threshold: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_model_source(self) -> ModelSettings:
+        if (self.dir is None) == (self.store is None):
+            raise ValueError("set exactly one of model.dir and model.store")
+        if self.shadow is not None and self.store is None:
+            raise ValueError("model.shadow names a store version: it needs model.store")
+        return self
 
 
 class KafkaSettings(_Section):
