@@ -2,9 +2,9 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/format_change.py [--steps 1000 --continue-steps 400]
 
-The synthetic system (logstream.synth) has 8 templates. The simulated deploy rewrites 3 of
-them (37.5% of the templates, about 17% of the lines): the job's fetch and transform steps
-and the monitor's heartbeat say the same things in new words. Then:
+The synthetic system (logstream.synth) has 8 templates. The simulated deploy
+(`synth.after_format_change`) rewords 3 of them (37.5% of the templates, about 17% of the
+lines): the job's fetch and transform steps and the monitor's heartbeat. Then:
 
 1. stale:            the model trained before the deploy scores post-deploy traffic.
 2. + feedback:       an operator marks normal the templates that alerted on the first 1,500
@@ -34,25 +34,11 @@ from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
 from logstream.inputs import streams_from_lines
 from logstream.records import LogRecord
 from logstream.retrain import continue_training, write_sample
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines
+from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
 from logstream.train import TrainConfig, save, train
 
 KEY = re.compile(STREAM_KEY)
 RATE = 5e-3
-DEPLOY = (  # the new release's wording of 3 of the 8 templates
-    (re.compile(r"step fetch rows=(\d+)"), r"fetch complete, \1 rows read"),
-    (re.compile(r"step transform partitions=(\d+)"), r"transform complete over \1 partitions"),
-    (re.compile(r"heartbeat: ok nodes=(\d+)"), r"heartbeat: status=healthy node_count=\1"),
-)
-
-
-def deployed(log: SyntheticLog) -> SyntheticLog:
-    lines = []
-    for line in log.lines:
-        for pattern, new in DEPLOY:
-            line = pattern.sub(new, line)
-        lines.append(line)
-    return SyntheticLog(lines, log.labels, log.kinds)
 
 
 def records(lines: list[str]) -> list[LogRecord]:
@@ -83,8 +69,8 @@ def main() -> None:
     save(train(baseline, config), old)
     write_sample(old, baseline)
 
-    after = deployed(generate_lines(1500, seed=21))  # the first day after the deploy, no incidents
-    test = deployed(generate_lines(3000, seed=22, incidents=INCIDENT_KINDS * 3))
+    after = after_format_change(generate_lines(1500, seed=21))  # the first day after the deploy, no incidents
+    test = after_format_change(generate_lines(3000, seed=22, incidents=INCIDENT_KINDS * 3))
     stale = Detector.load(old, device="cpu", false_alarm_rate=RATE)
     results = {"stale": evaluate(stale, test)}
 

@@ -36,7 +36,7 @@ from logstream.train import Stream, TrainConfig, Trained, train
 SAMPLE_FILE = "baseline_sample.jsonl"
 SAMPLE_LINES = 4000  # the old data a model keeps for its successors (consecutive lines per stream)
 FEEDBACK_REPEATS = 20  # times each feedback example is mixed in, at least
-FEEDBACK_SHARE = 0.1  # of the new lines: each normal template's share, at least
+FEEDBACK_SHARE = 0.1  # of the new lines: the normal templates' lines together, at least
 _DIGITS = re.compile(r"\d+")  # numbers the masking left (small ones: counts, codes, ms)
 
 
@@ -117,8 +117,8 @@ def mix_in(
     seeded random places (they occur amid ordinary traffic, so that is the context to learn
     them in); how many lines were inserted.
 
-    Each template gets FEEDBACK_SHARE of the lines' worth, at least FEEDBACK_REPEATS: a few
-    verdicts must weigh against thousands of lines, and training caps the loss of each
+    The templates share FEEDBACK_SHARE of the lines' worth, each at least FEEDBACK_REPEATS:
+    a few verdicts must weigh against thousands of lines, and training caps the loss of each
     batch's most surprising lines (`robust_share`), which a rare example would always be."""
     if not examples:
         return streams, 0
