@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from alerts_support import webhook, write_routes
 from http_receivers import Receiver
@@ -32,8 +33,9 @@ def _models(*args: str | Path) -> None:
 def test_promote_rollback_and_shadow_in_a_running_serve(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """Three rounds of traffic (each with one odd line): under v0001, after `models promote
-    v0002`, after `models rollback`. Each round is scored by the version live when it arrived,
+    """Four rounds of traffic (each with one odd line): under v0001, after `models promote
+    v0002`, after `models rollback`, after a POST /feedback marking the odd line normal (then it
+    is scored but not an anomaly). Each round is scored by the version live when it arrived,
     every offset is audited exactly once by the live model and committed; the shadow (v0003)
     scored every record too and flagged the odd lines, its counts are on /metrics, and not
     one webhook call carries its model id."""
@@ -47,7 +49,7 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
         serve = Serve(
             tmp_path, kafka_broker, synthetic_model_dir, topic, group,
             model={"dir": None, "store": str(store), "reload_seconds": 0.001, "shadow": "v0003"},
-            sink={"kind": "alerts", "routes": str(routes)},
+            sink={"kind": "alerts", "routes": str(routes)}, feedback={"token": "s3cret"},
         ).start()  # fmt: skip
         wait_for(serve.ready, "serve ready")
         placed: list[tuple[int, int]] = []
@@ -55,9 +57,17 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
             ("v0001", None),
             ("v0002", ("promote", "--store", store, "v0002")),
             ("v0001", ("rollback", "--store", store)),
+            ("v0001", "feedback"),
         )
         for i, (_, command) in enumerate(rounds):
-            if command is not None:
+            if command == "feedback":  # the odd line's template marked normal over HTTP
+                answer = httpx.post(
+                    f"http://127.0.0.1:{serve.port}/feedback",
+                    json={"verdict": "normal", "line": ODD_LINE, "by": "on-call"},
+                    headers={"Authorization": "Bearer s3cret"},
+                )
+                assert answer.status_code == 201, answer.text
+            elif command is not None:
                 _models(*command)
             messages = normal_lines(30, seed=40 + i)
             messages.insert(20, (b"web-1", ODD_LINE.encode()))
@@ -68,6 +78,7 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
         shadow_flagged = serve.metric("logstream_model_flagged_lines_total", role="shadow")
         live_flagged = serve.metric("logstream_model_flagged_lines_total", role="live")
         overlap = serve.metric("logstream_shadow_overlap_lines_total")
+        suppressed = serve.metric("logstream_feedback_suppressed_lines_total")
         assert serve.terminate() == 0
     audit = read_jsonl(serve.audit)
     live = [e for e in audit if e["kind"] == "line" and not e.get("shadow")]
@@ -79,5 +90,9 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
     assert versions == [v for v, _ in rounds for _ in range(31)]
     assert {e["model"].split("@")[0] for e in shadow} == {"v0003"}
     assert reloads == 2 and shadow_flagged >= 3 and live_flagged >= 3 and overlap >= 3
+    odd_offsets = {offset for _, offset in placed[20::31]}
+    odd = [e for e in sorted(live, key=lambda e: e["offset"]) if e["offset"] in odd_offsets]
+    assert [e["anomaly"] for e in odd] == [True, True, True, False]  # round 4: the verdict holds
+    assert odd[-1]["suppressed"] and suppressed >= 1
     calls = json.dumps([r.body for r in receiver.ok()])
     assert "v0001@" in calls and "v0003@" not in calls
