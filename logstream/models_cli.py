@@ -36,15 +36,54 @@ def _when(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
+def evaluate(model_dir: Path, log: Path, labels: Path | None) -> dict[str, object]:
+    """Score a fixed replay file with the model (streams by its saved stream key): lines,
+    flagged per 10k, and with labels precision and recall; the file's hash names the set."""
+    import hashlib
+
+    from logstream.detector import Detector
+    from logstream.inputs import InputStats, compile_stream_key, read_labels, read_lines, stream_of
+    from logstream.records import LogRecord
+
+    detector = Detector.load(model_dir, device="cpu")
+    lines = read_lines(log, InputStats())
+    key = compile_stream_key(detector.meta.get("stream_key"))
+    flagged = [
+        s.is_anomaly for s in detector.score([LogRecord(line=x, stream=stream_of(x, key)) for x in lines])
+    ]
+    result: dict[str, object] = {
+        "replay_set": str(log), "replay_sha256": hashlib.sha256(log.read_bytes()).hexdigest(),
+        "lines": len(lines), "flagged": sum(flagged),
+        "flagged_per_10k": round(1e4 * sum(flagged) / max(1, len(lines)), 1),
+        "false_alarm_rate": detector.false_alarm_rate or detector.calibration.config.false_alarm_rate,
+    }  # fmt: skip
+    if labels is not None:
+        truth = read_labels(labels, len(lines))
+        hits = sum(f and t for f, t in zip(flagged, truth, strict=True))
+        result["precision"] = round(hits / max(1, sum(flagged)), 3)
+        result["recall"] = round(hits / max(1, sum(truth)), 3)
+    return result
+
+
 @app.command("add")
 def add_command(
     model_dir: Annotated[Path, typer.Argument(help="A model directory `logstream train` wrote.")],
     store: StoreOpt,
+    replay_set: Annotated[
+        Path | None,
+        typer.Option("--evaluate", help="A fixed replay file to score; the result goes in lineage.json."),
+    ] = None,
+    labels: Annotated[
+        Path | None, typer.Option(help="With --evaluate: one 0/1 per line (precision, recall).")
+    ] = None,
     comment: CommentOpt = "",
     by: ByOpt = "",
 ) -> None:
     """Copy a trained model into the store as the next immutable version (not live yet)."""
-    name = model_store.add(store, model_dir, by=by or _user(), comment=comment)
+    if labels is not None and replay_set is None:
+        raise model_store.StoreError("--labels needs --evaluate FILE")
+    evaluation = evaluate(model_dir, replay_set, labels) if replay_set is not None else None
+    name = model_store.add(store, model_dir, evaluation=evaluation, by=by or _user(), comment=comment)
     sys.stdout.write(f"{name}\n")
 
 

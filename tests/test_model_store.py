@@ -71,11 +71,26 @@ def test_promote_and_rollback_walk_the_history(model_dir: Path, tmp_path: Path) 
 
 
 def test_models_commands(model_dir: Path, tmp_path: Path) -> None:
-    """add, promote, list (live marked), show (lineage and promotions), rollback; an unknown
-    version is one line and exit 2."""
+    """add (with an evaluation on a fixed replay set), promote, list (live marked), show
+    (lineage, evaluation and promotions), rollback; an unknown version is one line and exit 2."""
+    from logstream.synth import INCIDENT_KINDS, generate_lines
+
     store = tmp_path / "store"
+    log = generate_lines(200, seed=9, incidents=INCIDENT_KINDS)
+    (tmp_path / "eval.log").write_text("\n".join(log.lines) + "\n")
+    (tmp_path / "eval.labels").write_text("\n".join(map(str, log.labels)) + "\n")
     assert _models("add", model_dir, "--store", store).stdout == "v0001\n"
-    _models("add", model_dir, "--store", store)
+    evaluated = _models(
+        "add",
+        model_dir,
+        "--store",
+        store,
+        "--evaluate",
+        tmp_path / "eval.log",
+        "--labels",
+        tmp_path / "eval.labels",
+    )
+    assert evaluated.stdout == "v0002\n", evaluated.stderr
     assert _models("promote", "--store", store, "v0001").returncode == 0
     promoted = _models("promote", "--store", store, "v0002", "-c", "shadow clean")
     assert promoted.stdout == "live: v0002 (was v0001)\n"
@@ -83,6 +98,8 @@ def test_models_commands(model_dir: Path, tmp_path: Path) -> None:
     assert listed[0].startswith("  v0001") and listed[1].startswith("* v0002")
     shown = json.loads(_models("show", "--store", store).stdout)
     assert shown["version"] == "v0002" and shown["promotions"][0]["comment"] == "shadow clean"
+    assert shown["evaluation"]["lines"] == len(log.lines) and 0 <= shown["evaluation"]["recall"] <= 1
+    assert len(shown["evaluation"]["replay_sha256"]) == 64
     assert _models("rollback", "--store", store).stdout == "live: v0001 (rolled back)\n"
     bad = _models("promote", "--store", store, "v0009")
     assert bad.returncode == 2
