@@ -563,3 +563,18 @@ def _load_group(text: str) -> Group:
     for name in ("fingerprints", "context_before", "context_after", "examples"):
         data[name] = tuple(data.get(name, ()))
     return Group(**data)
+
+
+def find_incident(db: sqlite3.Connection, dedup_key: str) -> Group | None:
+    """The stored group whose current incident has this dedup key (the fingerprint its alerts
+    carry), if any; a scan, for operator commands (`logstream feedback --fingerprint`)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'groups'").fetchone():
+        return None
+    for (data,) in db.execute("SELECT data FROM groups"):
+        try:
+            group = _load_group(data)
+        except _BAD_ROW:
+            continue  # parked when it is evaluated (see Outbox._flush)
+        if group.dedup_key == dedup_key:
+            return group
+    return None

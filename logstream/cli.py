@@ -27,6 +27,8 @@ from logstream import __version__
 from logstream.alerts.cli import app as alerts_app
 from logstream.demo import write_demo_logs
 from logstream.errors import UserError
+from logstream.feedback_cli import app as feedback_app
+from logstream.models_cli import app as models_app
 from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
 from logstream.synth import STREAM_KEY
 
@@ -195,6 +197,17 @@ def train_command(
             min=0, help="Line score: mean surprisal of the line's k most surprising tokens (0: all tokens)."
         ),
     ] = DEFAULT_LINE_TOP_K,
+    from_model: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="Continue this model on the inputs (plus its kept sample of old data, and --feedback).",
+        ),
+    ] = None,
+    feedback: Annotated[
+        Path | None,
+        typer.Option(help="With --from: feedback database (outbox) whose lines marked normal it learns."),
+    ] = None,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
     from logstream.inputs import (
@@ -205,8 +218,11 @@ def train_command(
         streams_from_records,
         streams_from_sessions,
     )
+    from logstream.retrain import continue_training, write_sample
     from logstream.train import save, train
 
+    if feedback is not None and from_model is None:
+        raise fail("--feedback needs --from MODEL (a fresh model learns from the inputs only)")
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
         stream_key if format is Format.lines else None,
@@ -224,11 +240,18 @@ def train_command(
             streams += streams_from_records(read_records(path, stats, line_parser(stream_key)))
     with _progress() as progress:
         task = progress.add_task("training", total=None, info="")
-        trained = train(
-            streams, config,
-            progress=lambda step, steps, loss: progress.update(task, completed=step, total=steps, info=f"loss {loss:.3f}"),
-        )  # fmt: skip
+
+        def advance(step: int, steps: int, loss: float) -> None:
+            progress.update(task, completed=step, total=steps, info=f"loss {loss:.3f}")
+
+        if from_model is None:
+            trained = train(streams, config, progress=advance)
+        else:
+            trained, streams = continue_training(
+                from_model, streams, config, feedback_db=feedback, progress=advance
+            )
     save(trained, out)
+    write_sample(out, streams)  # what a model continued from this one replays
     err.print(
         train_summary(out, trained.meta) + (f", skipped {stats.as_dict()}" if stats.bad else ""),
         highlight=False,
@@ -245,6 +268,13 @@ def train_summary(out: Path, meta: dict) -> str:
         f"{meta['final_loss']:.3f}; calibrated on {calibration['heldout_lines']} held-out lines"
         + (f" and {calibration['heldout_sessions']} sessions" if calibration["heldout_sessions"] else "")
         + f"; alerts above score {-math.log10(rate):.2f} (false-alarm rate {rate:g})"
+        + f"; data {meta['data_sha256'][:12]}"
+        + (
+            f"; continued from {meta['parent']}: {meta['new_lines']} new, {meta['feedback_lines']} "
+            f"feedback, {meta['replayed_lines']} replayed lines, window {meta['data_window']}"
+            if meta.get("parent")
+            else ""
+        )
     )
 
 
@@ -450,6 +480,8 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
 app.add_typer(
     alerts_app, name="alerts", help="Check routes files, run delivery; add, list and expire silences."
 )
+app.add_typer(feedback_app, name="feedback", help="Mark alerts' templates normal or confirmed anomalies.")
+app.add_typer(models_app, name="models", help="Versioned models: add, list, show, promote, rollback.")
 
 
 @app.command("serve")

@@ -20,6 +20,7 @@ import torch
 
 from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
+from logstream.feedback import FeedbackRules
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
@@ -47,10 +48,11 @@ class ScoredLine:
     top_tokens: tuple[tuple[str, float], ...] = ()
     kind: str = "line"  # "line" | "end"
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
+    suppressed: bool = False  # an operator marked its template normal (logstream.feedback)
 
     @property
     def is_anomaly(self) -> bool:
-        return self.score > self.threshold
+        return self.score > self.threshold and not self.suppressed
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class Detector:
         self.calibration = Calibration.from_json(meta["calibration"])
         self.miner = seeded_miner(self.known_templates)
         self.known_clusters = self.miner.size  # clusters 1..known_clusters are training templates
+        self.feedback: FeedbackRules | None = None  # templates operators marked normal
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
             "bos": [tokenizer.bos_id],
@@ -214,6 +217,8 @@ class Detector:
         self.peak_cache_bytes = max(self.peak_cache_bytes, self.engine.cache_bytes)
         threshold = self.threshold
         fit = self.online.fit if self.online else None
+        if self.feedback is not None:
+            self.feedback.refresh()  # at most every refresh_seconds: another replica's verdicts
         out = []
         for i, (record, token_nll) in enumerate(zip(records, surprisal, strict=True)):
             mined = self.miner.add(masked[i])
@@ -221,6 +226,9 @@ class Detector:
             known = mined.cluster if mined.cluster <= self.known_clusters else None
             evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
             score = self.calibration.line_score(evidence.raw, fit)
+            suppressed = (
+                score > threshold and self.feedback is not None and self.feedback.is_normal(mined.template)
+            )
             out.append(
                 ScoredLine(
                     record=record,
@@ -239,12 +247,13 @@ class Detector:
                         for pos, nll_ in evidence.surprisal.top_tokens
                     ),
                     explanation=self._explain(record, masked[i], token_nll, mined.new)
-                    if score > threshold
+                    if score > threshold and not suppressed
                     else None,
+                    suppressed=suppressed,
                 )
             )
-        if self.online is not None:
-            self.online.observe([s.raw for s in out], [s.is_anomaly for s in out])
+        if self.online is not None:  # by score: feedback must not move the tail fit
+            self.online.observe([s.raw for s in out], [s.score > s.threshold for s in out])
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

@@ -8,7 +8,7 @@ the same series. Labels stay low-cardinality: never a stream id or free text.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -84,6 +84,27 @@ SPLIT_STREAMS = Counter(
     "Streams seen on more than one partition (their context is split: repartition or key by stream).",
 )
 REPARTITIONED = Counter("logstream_repartitioned", "Messages forwarded by the repartition stage.")
+FEEDBACK = Counter(
+    "logstream_feedback", "POST /feedback requests by verdict and outcome.", ["verdict", "outcome"]
+)
+FEEDBACK_SUPPRESSED = Counter(
+    "logstream_feedback_suppressed_lines",
+    "Lines over the threshold that did not alert: an operator marked their template normal.",
+)
+MODEL_RELOADS = Counter(
+    "logstream_model_reloads", "Hot reloads of the model store's live version (promote or rollback)."
+)
+MODEL_FLAGGED = Counter(
+    "logstream_model_flagged_lines", "Lines over the threshold, per model role (live, shadow).", ["role"]
+)
+MODEL_WOULD_ALERT = Counter(
+    "logstream_model_would_alert",
+    "Distinct (stream, template) flagged per batch, per model role: alerts before grouping timers.",
+    ["role"],
+)
+SHADOW_OVERLAP = Counter(
+    "logstream_shadow_overlap_lines", "Lines flagged by both the live and the shadow model."
+)
 
 
 def _always() -> bool:
@@ -129,14 +150,23 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
-def serve_http(host: str, port: int, health: Health) -> WSGIServer:
-    """Serve /healthz, /readyz and /metrics from a daemon thread; `shutdown()` stops it."""
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def serve_http(
+    host: str, port: int, health: Health, routes: Mapping[str, WsgiApp] | None = None
+) -> WSGIServer:
+    """Serve /healthz, /readyz, /metrics and `routes` (e.g. /feedback) from a daemon thread;
+    `shutdown()` stops it."""
     metrics_app = make_wsgi_app()
+    routes = dict(routes or {})
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics_app(environ, start_response)
+        if path in routes:
+            return routes[path](environ, start_response)
         checks = {"/healthz": health.healthy, "/readyz": health.ready}
         if path not in checks:
             start_response("404 Not Found", [("Content-Type", "text/plain")])

@@ -62,15 +62,19 @@ from logstream.consumers.repartition import (
     serve_repartition,
 )
 from logstream.detector import Detector, ScoredLine
+from logstream.feedback_http import open_feedback
+from logstream.live_model import ModelFollower
 from logstream.metrics import (
     ACTIVE_STREAMS,
     ANOMALIES,
     ASSIGNED_PARTITIONS,
     BUILD_INFO,
     CACHE_BYTES,
+    FEEDBACK_SUPPRESSED,
     INFLIGHT_LINES,
     LINE_SCORE,
     LINES,
+    MODEL_RELOADS,
     PAUSED_PARTITIONS,
     RESTORE_SECONDS,
     RESTORED_STREAMS,
@@ -82,8 +86,10 @@ from logstream.metrics import (
     Health,
     serve_http,
 )
+from logstream.model_store import version_dir
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
+from logstream.shadow import Shadow, count_live
 
 log = structlog.get_logger(__name__)
 
@@ -101,9 +107,11 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
 
-    def write(self, scored: Sequence[ScoredLine]) -> None:
+    def write(self, scored: Sequence[ScoredLine], model: str = "", shadow: bool = False) -> None:
+        at = round(time.time(), 3)  # wall time, for `logstream models compare --since/--until`
         for line in scored:
             entry = {
+                "at": at,
                 "source": line.record.source,
                 "offset": line.record.offset,
                 "stream": line.record.stream,
@@ -111,7 +119,13 @@ class AuditLog:
                 "score": round(line.score, 4),  # -log10 p, the one unit
                 "surprisal": round(line.surprisal, 4),  # nats, the model alone
                 "anomaly": line.is_anomaly,
+                "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
+                "model": model,  # the version that scored it (`logstream models compare`)
             }
+            if line.suppressed:
+                entry["suppressed"] = True  # over the threshold, but its template was marked normal
+            if shadow:
+                entry["shadow"] = True  # a candidate's score: it never reached the sink
             self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -130,8 +144,12 @@ class Service:
         sink: AnomalySink,
         health: Health,
         audit: AuditLog | None = None,
+        follower: ModelFollower | None = None,
+        shadow: Shadow | None = None,
     ) -> None:
         self.settings = settings
+        self.follower = follower  # model.store: hot reload between batches
+        self.shadow = shadow  # model.shadow: a candidate that never pages
         self.detector = detector
         self.sink = sink
         self.health = health
@@ -275,6 +293,8 @@ class Service:
 
     def _score_and_hand_off(self, batch: Batch) -> None:
         """Worker thread: score, hand anomalies to the sink (durable on return), audit."""
+        if self.follower is not None:
+            self._follow(self.follower)
         records = [r for r in batch.records if not self.book.already_scored(r)]
         started = time.perf_counter()
         scored = self.book.observe(self.detector, self.detector.score(records)) if records else []
@@ -284,7 +304,21 @@ class Service:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
         self._put(scored)
+        count_live(scored)
+        if self.shadow is not None:  # after the hand-off: a candidate never delays an alert
+            shadowed = self.shadow.score(batch.records, scored)
+            if self.audit is not None:
+                self.audit.write(shadowed, self.shadow.detector.model_id, shadow=True)
         LINES.inc(len(batch.records))
+
+    def _follow(self, follower: ModelFollower) -> None:
+        """Between batches: switch to the store's live version if a promote or rollback changed it."""
+        new = follower.poll(self.detector)
+        if new is not None:
+            self.detector = new
+            BUILD_INFO.clear()
+            BUILD_INFO.labels(version=__version__, model_id=new.model_id).set(1)
+            MODEL_RELOADS.inc()
 
     def _track(self, records: Sequence[LogRecord], now: float) -> None:
         """Mark the records' streams as just seen; forget the least recently seen past the cap."""
@@ -324,7 +358,8 @@ class Service:
         anomalies = anomalies_of(self.detector, self.context, scored)
         self.sink.put(anomalies)
         if self.audit is not None:
-            self.audit.write(scored)
+            self.audit.write(scored, self.detector.model_id)
+        FEEDBACK_SUPPRESSED.inc(sum(line.suppressed for line in scored))
         for anomaly in anomalies:
             ANOMALIES.labels(kind=anomaly.kind, severity=anomaly.severity).inc()
         for line in scored:
@@ -446,8 +481,11 @@ def configure_logging(log_format: str, level: str) -> None:
 async def serve(settings: ServeSettings) -> int:
     """Load the model, start the endpoints, serve until SIGTERM/SIGINT; the exit code."""
     health = Health()
+    feedback = open_feedback(settings)
     try:
-        server = serve_http(settings.http.host, settings.http.port, health)
+        server = serve_http(
+            settings.http.host, settings.http.port, health, {"/feedback": feedback} if feedback else None
+        )
     except OSError as exc:
         address = f"{settings.http.host}:{settings.http.port}"
         raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
@@ -459,14 +497,24 @@ async def serve(settings: ServeSettings) -> int:
         sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
         health.sink_healthy = sink.healthy
         audit = AuditLog(settings.audit_log) if settings.audit_log else None
-        detector = await asyncio.to_thread(
-            Detector.load,
-            settings.model.dir,
-            device=settings.model.device,
-            window=settings.model.window,
-            false_alarm_rate=settings.model.false_alarm_rate,
-            threshold=settings.model.threshold,
-        )
+        options = {
+            "device": settings.model.device, "window": settings.model.window,
+            "false_alarm_rate": settings.model.false_alarm_rate, "threshold": settings.model.threshold,
+        }  # fmt: skip
+        follower, shadow = None, None
+        if settings.model.store is not None:
+            follower = ModelFollower(settings.model.store, options, settings.model.reload_seconds)
+            detector = await asyncio.to_thread(follower.load_live)
+            if settings.model.shadow is not None:
+                shadow_dir = version_dir(settings.model.store, settings.model.shadow)
+                shadow = Shadow(await asyncio.to_thread(Detector.load, shadow_dir, **options))
+        else:
+            assert settings.model.dir is not None  # ModelSettings: exactly one of dir and store
+            detector = await asyncio.to_thread(Detector.load, settings.model.dir, **options)
+        if feedback is not None:
+            detector.feedback, feedback.normalizer = feedback.rules, detector.normalizer
+            if shadow is not None:
+                shadow.detector.feedback = feedback.rules
         health.model_loaded = True
         BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
         THRESHOLD.set(detector.threshold)
@@ -481,7 +529,7 @@ async def serve(settings: ServeSettings) -> int:
         if settings.repartition.topic is not None and settings.repartition.in_process:
             stage = asyncio.create_task(Repartitioner(settings).run(stop), name="repartition")
             stage.add_done_callback(lambda _: stop.set())  # a stage that died stops serve too
-        graceful = await Service(settings, detector, sink, health, audit).run(stop)
+        graceful = await Service(settings, detector, sink, health, audit, follower, shadow).run(stop)
         if stage is not None:
             await stage  # raises if it died: a bug or Kafka gone, exit non-zero
         if not graceful:
@@ -494,6 +542,8 @@ async def serve(settings: ServeSettings) -> int:
             sink.close()
         if audit is not None:
             audit.close()
+        if feedback is not None:
+            feedback.store.close()
         server.shutdown()
 
 

@@ -52,9 +52,16 @@ class _Section(BaseModel):
 
 
 class ModelSettings(_Section):
-    """The trained model directory that `logstream train` wrote."""
+    """The trained model: a directory `logstream train` wrote, or a model store to follow."""
 
-    dir: Path
+    dir: Path | None = None
+    # Or a model store (logstream.model_store): serve loads its live version and hot-reloads
+    # it when `logstream models promote|rollback` changes it (checked every reload_seconds).
+    store: Path | None = None
+    reload_seconds: float = Field(default=5.0, gt=0)
+    # A candidate store version scored next to the live one on the same records; it never
+    # pages (its anomalies go to metrics and the audit log only). Needs `store`.
+    shadow: str | None = None
     device: str = "cpu"
     # Tokens kept in each stream's rolling window; None = the window it was trained with.
     window: int | None = Field(default=None, gt=0)
@@ -66,6 +73,14 @@ class ModelSettings(_Section):
     false_alarm_rate: float | None = Field(default=None, gt=0, lt=1)
     # Or the threshold itself in -log10 p; overrides false_alarm_rate.
     threshold: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_model_source(self) -> ModelSettings:
+        if (self.dir is None) == (self.store is None):
+            raise ValueError("set exactly one of model.dir and model.store")
+        if self.shadow is not None and self.store is None:
+            raise ValueError("model.shadow names a store version: it needs model.store")
+        return self
 
 
 class KafkaSettings(_Section):
@@ -246,6 +261,20 @@ class HttpSettings(_Section):
     port: Port = 8080
 
 
+class FeedbackSettings(_Section):
+    """Operator feedback (logstream.feedback): where verdicts live, who may POST them."""
+
+    # The feedback database; None = the routes file's outbox (sink kind alerts), else off.
+    # Replicas share feedback when this is one file on a volume they all mount.
+    database: Path | None = None
+    # How often scoring re-reads the verdicts (the CLI's and other replicas').
+    refresh_seconds: float = Field(default=5.0, gt=0)
+    # POST /feedback needs `Authorization: Bearer <token>` (env LOGSTREAM_FEEDBACK__TOKEN).
+    token: SecretStr | None = None
+    # Without a token POST /feedback answers 403, unless this opens it (a trusted network only).
+    allow_without_token: bool = False
+
+
 class ServeSettings(BaseSettings):
     """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http, state, repartition."""
 
@@ -263,6 +292,7 @@ class ServeSettings(BaseSettings):
     http: HttpSettings = HttpSettings()
     state: StateSettings = StateSettings()
     repartition: RepartitionSettings = RepartitionSettings()
+    feedback: FeedbackSettings = FeedbackSettings()
     # Lines fetched but not yet committed; above it partitions are paused.
     max_inflight_lines: int = Field(default=2_048, gt=0)
     # SIGTERM/SIGINT: time to finish the batch, commit and leave the group.

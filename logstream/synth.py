@@ -17,6 +17,7 @@ The stream of a line is its host (`web-1`, `worker-2`, `monitor-0`); use
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -144,3 +145,23 @@ def generate_lines(
                 emit(host, body, kind)
         emit(*system.next_line(), None)
     return log
+
+
+# A release that rewords 3 of the system's 8 templates (37.5% of them, about 17% of the
+# lines): the job's fetch and transform steps and the monitor's heartbeat say the same things
+# in new words. benchmarks/format_change.py and tests/test_retrain.py simulate a deploy with it.
+FORMAT_CHANGE = (
+    (re.compile(r"step fetch rows=(\d+)"), r"fetch complete, \1 rows read"),
+    (re.compile(r"step transform partitions=(\d+)"), r"transform complete over \1 partitions"),
+    (re.compile(r"heartbeat: ok nodes=(\d+)"), r"heartbeat: status=healthy node_count=\1"),
+)
+
+
+def after_format_change(log: SyntheticLog) -> SyntheticLog:
+    """The same log as the reworded release writes it (labels and kinds unchanged)."""
+    lines = []
+    for line in log.lines:
+        for pattern, new in FORMAT_CHANGE:
+            line = pattern.sub(new, line)
+        lines.append(line)
+    return SyntheticLog(lines, log.labels, log.kinds)

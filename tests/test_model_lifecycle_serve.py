@@ -1,0 +1,98 @@
+"""A running `logstream serve` that follows a model store (real broker, real webhook receiver):
+promote and rollback switch the scoring version between batches with every offset scored
+once and committed, and a shadow candidate scores the same records without ever paging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from alerts_support import webhook, write_routes
+from http_receivers import Receiver
+from kafka_broker import KafkaBroker, produce
+from test_kafka_serve import ODD_LINE, Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
+
+from logstream import model_store
+
+pytestmark = pytest.mark.kafka
+
+
+def _models(*args: str | Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "models", *map(str, args)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_promote_rollback_and_shadow_in_a_running_serve(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """Four rounds of traffic (each with one odd line): under v0001, after `models promote
+    v0002`, after `models rollback`, after a POST /feedback marking the odd line normal (then it
+    is scored but not an anomaly). Each round is scored by the version live when it arrived,
+    every offset is audited exactly once by the live model and committed; the shadow (v0003)
+    scored every record too and flagged the odd lines, its counts are on /metrics, and not
+    one webhook call carries its model id."""
+    store = tmp_path / "store"
+    for _ in range(3):
+        model_store.add(store, synthetic_model_dir)
+    model_store.promote(store, "v0001")
+    topic, group = new_topic(kafka_broker, partitions=1)
+    with Receiver() as receiver:
+        routes = write_routes(tmp_path, [webhook("team", receiver.url)])
+        serve = Serve(
+            tmp_path, kafka_broker, synthetic_model_dir, topic, group,
+            model={"dir": None, "store": str(store), "reload_seconds": 0.001, "shadow": "v0003"},
+            sink={"kind": "alerts", "routes": str(routes)}, feedback={"token": "s3cret"},
+        ).start()  # fmt: skip
+        wait_for(serve.ready, "serve ready")
+        placed: list[tuple[int, int]] = []
+        rounds = (
+            ("v0001", None),
+            ("v0002", ("promote", "--store", store, "v0002")),
+            ("v0001", ("rollback", "--store", store)),
+            ("v0001", "feedback"),
+        )
+        for i, (_, command) in enumerate(rounds):
+            if command == "feedback":  # the odd line's template marked normal over HTTP
+                answer = httpx.post(
+                    f"http://127.0.0.1:{serve.port}/feedback",
+                    json={"verdict": "normal", "line": ODD_LINE, "by": "on-call"},
+                    headers={"Authorization": "Bearer s3cret"},
+                )
+                assert answer.status_code == 201, answer.text
+            elif command is not None:
+                _models(*command)
+            messages = normal_lines(30, seed=40 + i)
+            messages.insert(20, (b"web-1", ODD_LINE.encode()))
+            placed += asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+            wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), f"round {i} committed")
+        wait_for(lambda: len(receiver.ok()) >= 1, "a webhook call")
+        reloads = serve.metric("logstream_model_reloads_total")
+        shadow_flagged = serve.metric("logstream_model_flagged_lines_total", role="shadow")
+        live_flagged = serve.metric("logstream_model_flagged_lines_total", role="live")
+        overlap = serve.metric("logstream_shadow_overlap_lines_total")
+        suppressed = serve.metric("logstream_feedback_suppressed_lines_total")
+        assert serve.terminate() == 0
+    audit = read_jsonl(serve.audit)
+    live = [e for e in audit if e["kind"] == "line" and not e.get("shadow")]
+    shadow = [e for e in audit if e["kind"] == "line" and e.get("shadow")]
+    offsets = [offset for _, offset in placed]
+    assert sorted(e["offset"] for e in live) == offsets  # each scored once: none lost, none twice
+    assert sorted(e["offset"] for e in shadow) == offsets
+    versions = [e["model"].split("@")[0] for e in sorted(live, key=lambda e: e["offset"])]
+    assert versions == [v for v, _ in rounds for _ in range(31)]
+    assert {e["model"].split("@")[0] for e in shadow} == {"v0003"}
+    assert reloads == 2 and shadow_flagged >= 3 and live_flagged >= 3 and overlap >= 3
+    odd_offsets = {offset for _, offset in placed[20::31]}
+    odd = [e for e in sorted(live, key=lambda e: e["offset"]) if e["offset"] in odd_offsets]
+    assert [e["anomaly"] for e in odd] == [True, True, True, False]  # round 4: the verdict holds
+    assert odd[-1]["suppressed"] and suppressed >= 1
+    calls = json.dumps([r.body for r in receiver.ok()])
+    assert "v0001@" in calls and "v0003@" not in calls

@@ -1,0 +1,165 @@
+"""The model store (logstream.model_store): immutable numbered versions with lineage, promote
+and rollback through an append-only history, and the `logstream models` commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logstream import model_store
+from logstream.model_store import StoreError
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real model directory, trained for 3 steps: the store copies and describes it, never scores."""
+    from logstream.synth import generate_lines
+    from logstream.train import Stream, TrainConfig, save, train
+
+    out = tmp_path_factory.mktemp("store-model") / "model"
+    config = TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
+    save(train([Stream("s", generate_lines(200, seed=1).lines)], config), out)
+    return out
+
+
+def _models(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "models", *map(str, args)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_added_versions_are_numbered_read_only_and_carry_lineage(model_dir: Path, tmp_path: Path) -> None:
+    """`add` copies a model in as v0001, v0002 ...; its files are read-only and lineage.json
+    repeats the training data's hash, counts and config, and the calibration."""
+    store = tmp_path / "store"
+    assert model_store.add(store, model_dir, by="ann", comment="first") == "v0001"
+    assert model_store.add(store, model_dir) == "v0002"
+    assert model_store.versions(store) == ["v0001", "v0002"]
+    path = model_store.version_dir(store, "v0001")
+    assert all(p.stat().st_mode & 0o222 == 0 for p in path.iterdir())
+    meta = json.loads((model_dir / "logstream.json").read_text())
+    info = model_store.lineage(store, "v0001")
+    assert info["data_sha256"] == meta["data_sha256"] and info["train_lines"] == meta["train_lines"]
+    assert info["train_config"] == meta["train_config"] and info["parent"] is None
+    assert info["calibration"]["false_alarm_rate"] and (info["added_by"], info["comment"]) == ("ann", "first")
+
+
+def test_promote_and_rollback_walk_the_history(model_dir: Path, tmp_path: Path) -> None:
+    """Promote makes a version live; rollback returns to the one live before it, and again
+    to the one before that; past the first promotion there is nothing to roll back to."""
+    store = tmp_path / "store"
+    for _ in range(3):
+        model_store.add(store, model_dir)
+    assert model_store.live(store) is None
+    with pytest.raises(StoreError, match="nothing promoted"):
+        model_store.live_dir(store)
+    for version in ("v0001", "v0002", "v0003"):
+        model_store.promote(store, version, by="ops")
+    assert model_store.live(store) == "v0003"
+    assert model_store.rollback(store).version == "v0002"
+    assert model_store.rollback(store).version == "v0001"
+    with pytest.raises(StoreError, match="no earlier live version"):
+        model_store.rollback(store)
+    with pytest.raises(StoreError, match="already live"):
+        model_store.promote(store, "v0001")
+    assert [e.action for e in model_store.history(store)] == ["promote"] * 3 + ["rollback"] * 2
+
+
+def test_models_commands(model_dir: Path, tmp_path: Path) -> None:
+    """add (with an evaluation on a fixed replay set), promote, list (live marked), show
+    (lineage, evaluation and promotions), rollback; an unknown version is one line and exit 2."""
+    from logstream.synth import INCIDENT_KINDS, generate_lines
+
+    store = tmp_path / "store"
+    log = generate_lines(200, seed=9, incidents=INCIDENT_KINDS)
+    (tmp_path / "eval.log").write_text("\n".join(log.lines) + "\n")
+    (tmp_path / "eval.labels").write_text("\n".join(map(str, log.labels)) + "\n")
+    assert _models("add", model_dir, "--store", store).stdout == "v0001\n"
+    evaluated = _models(
+        "add",
+        model_dir,
+        "--store",
+        store,
+        "--evaluate",
+        tmp_path / "eval.log",
+        "--labels",
+        tmp_path / "eval.labels",
+    )
+    assert evaluated.stdout == "v0002\n", evaluated.stderr
+    assert _models("promote", "--store", store, "v0001").returncode == 0
+    promoted = _models("promote", "--store", store, "v0002", "-c", "shadow clean")
+    assert promoted.stdout == "live: v0002 (was v0001)\n"
+    listed = _models("list", "--store", store).stdout.splitlines()
+    assert listed[0].startswith("  v0001") and listed[1].startswith("* v0002")
+    shown = json.loads(_models("show", "--store", store).stdout)
+    assert shown["version"] == "v0002" and shown["promotions"][0]["comment"] == "shadow clean"
+    assert shown["evaluation"]["lines"] == len(log.lines) and 0 <= shown["evaluation"]["recall"] <= 1
+    assert len(shown["evaluation"]["replay_sha256"]) == 64
+    assert _models("rollback", "--store", store).stdout == "live: v0001 (rolled back)\n"
+    bad = _models("promote", "--store", store, "v0009")
+    assert bad.returncode == 2
+    assert bad.stderr == f"error: model store {store}: no version 'v0009' (versions: v0001, v0002)\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("{}", "exactly one of model.dir and model.store"),
+        ("{dir: m, store: s}", "exactly one of model.dir and model.store"),
+        ("{dir: m, shadow: v0002}", "model.shadow names a store version: it needs model.store"),
+    ],
+)
+def test_serve_settings_take_a_dir_or_a_store(tmp_path: Path, model: str, reason: str) -> None:
+    """serve reads a model directory or a store (with an optional shadow), never both."""
+    from logstream.settings import SettingsError, load_settings
+
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"model: {model}\nkafka: {{topics: [logs]}}\n")
+    with pytest.raises(SettingsError, match=reason):
+        load_settings(config)
+    config.write_text("model: {store: s, shadow: v0002}\nkafka: {topics: [logs]}\n")
+    assert load_settings(config).model.shadow == "v0002"
+
+
+def _audit(path: Path, entries: list[tuple[str, bool, int, bool, str]]) -> None:
+    """Audit lines as serve writes them: (model, shadow, offset, anomaly, template)."""
+    with path.open("w") as f:
+        for model, shadow, offset, anomaly, template in entries:
+            entry = {"at": 1000.0 + offset, "source": "logs/0", "offset": offset, "stream": "web-1",
+                     "kind": "line", "anomaly": anomaly, "template": template, "model": model}  # fmt: skip
+            if shadow:
+                entry["shadow"] = True
+            f.write(json.dumps(entry) + "\n")
+
+
+def test_compare_gates_on_rate_and_confirmed_anomalies(tmp_path: Path) -> None:
+    """`models compare` reads live and shadow scores from the audit log: per model flagged per
+    10k and the overlap; the gate fails (exit 1) when the candidate misses a template confirmed
+    as an anomaly, or alerts more than --max-rate-ratio times as often; --since narrows it."""
+    from logstream.feedback import Feedback, FeedbackStore
+
+    db = tmp_path / "fb.sqlite"
+    FeedbackStore(db).add(Feedback("anomaly", "ERROR disk <*> failed"))
+    audit = tmp_path / "audit.jsonl"
+    rows = [
+        ("v1@a", False, i, i in (3, 7), "ERROR disk sda failed" if i == 3 else "GET <*>") for i in range(10)
+    ]
+    _audit(audit, rows + [("v2@b", True, i, i == 7, "GET <*>") for i in range(10)])
+    failed = _models("compare", "--audit", audit, "--feedback", db)
+    assert failed.returncode == 1, failed.stderr
+    assert "live    v1@a  lines=10  flagged=2  per_10k=2000.0" in failed.stdout
+    assert (
+        "overlap=1 lines" in failed.stdout and "confirmed anomalies missed: 1; gate FAILED" in failed.stdout
+    )
+    _audit(audit, rows + [("v2@b", True, i, i in (3, 7), "ERROR disk sda failed") for i in range(10)])
+    assert _models("compare", "--audit", audit, "--feedback", db).returncode == 0
+    _audit(audit, rows + [("v2@b", True, i, i in (1, 2, 3, 7), "ERROR disk sda failed") for i in range(10)])
+    noisy = _models("compare", "--audit", audit, "--max-rate-ratio", "1.5")
+    assert noisy.returncode == 1 and "rate ratio 2.00" in noisy.stdout
+    late = _models("compare", "--audit", audit, "--since", "1004", "--max-rate-ratio", "1.5")
+    assert late.returncode == 0 and "lines=6" in late.stdout
