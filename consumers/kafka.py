@@ -71,6 +71,22 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
     return options
 
 
+def group_consumer(settings: KafkaSettings, group_id: str) -> AIOKafkaConsumer:
+    """A consumer in `group_id` that commits only what it is told to (no auto-commit), with
+    the poll and session limits of `settings` (the scorer's and the repartition stage's)."""
+    return AIOKafkaConsumer(
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset=settings.auto_offset_reset,
+        max_poll_records=settings.max_poll_records,
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        metadata_max_age_ms=settings.metadata_max_age_ms,
+        **client_options(settings),
+    )
+
+
 async def topic_partitions(producer: AIOKafkaProducer, topic: str, wait: bool = False) -> set[int]:
     """The topic's partitions ({} if unknown); with `wait`, until each has a leader (10 s)."""
     for _ in range(100 if wait else 1):
@@ -127,17 +143,7 @@ class KafkaSource:
         self.parser = parser
         self.rejects = rejects
         self.listener = listener
-        self.consumer = AIOKafkaConsumer(
-            group_id=settings.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset=settings.auto_offset_reset,
-            max_poll_records=settings.max_poll_records,
-            session_timeout_ms=settings.session_timeout_ms,
-            heartbeat_interval_ms=settings.heartbeat_interval_ms,
-            max_poll_interval_ms=settings.max_poll_interval_ms,
-            metadata_max_age_ms=settings.metadata_max_age_ms,
-            **client_options(settings),
-        )
+        self.consumer = group_consumer(settings, settings.group_id)
         self._dead_letters: AIOKafkaProducer | None = None
         self._held: dict[TopicPartition, float] = {}  # dead-letter copy failed: retry after (monotonic)
         self._failures: dict[TopicPartition, int] = {}  # failed copies in a row, per partition

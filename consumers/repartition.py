@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from logstream.consumers.kafka import client_options, ensure_topic
+from logstream.consumers.kafka import client_options, ensure_topic, group_consumer
 from logstream.consumers.parse import RecordParser, Rejected
 from logstream.metrics import REPARTITIONED, Health, serve_http
 from logstream.settings import InputSettings, KafkaSettings, ServeSettings
@@ -72,19 +72,11 @@ class Repartitioner:
         self.settings = settings
         self.topic = settings.repartition.topic
         self.parser = RecordParser(settings.input)
-        kafka = settings.kafka
-        options = client_options(kafka.model_copy(update={"client_id": f"{kafka.client_id}-repartition"}))
-        self.consumer = AIOKafkaConsumer(
-            group_id=settings.repartition.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset=kafka.auto_offset_reset,
-            max_poll_records=kafka.max_poll_records,
-            session_timeout_ms=kafka.session_timeout_ms,
-            heartbeat_interval_ms=kafka.heartbeat_interval_ms,
-            metadata_max_age_ms=kafka.metadata_max_age_ms,
-            **options,
+        kafka = settings.kafka.model_copy(update={"client_id": f"{settings.kafka.client_id}-repartition"})
+        self.consumer = group_consumer(kafka, settings.repartition.group_id)
+        self.producer = AIOKafkaProducer(
+            acks="all", enable_idempotence=True, linger_ms=5, **client_options(kafka)
         )
-        self.producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=5, **options)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Forward until `stop` is set; then leave the group (uncommitted input is re-read)."""

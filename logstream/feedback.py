@@ -268,27 +268,30 @@ def line_at(path: Path, number: int) -> str:
     raise FeedbackError(f"{path} has fewer than {number} lines")
 
 
-def audit_entry(audit_log: Path, location: str) -> dict[str, object]:
-    """The serve audit log's entry for `topic/partition@offset` (the newest, if re-delivered)."""
-    source, _, offset = location.rpartition("@")
-    if not source or not offset.isdigit():
-        raise FeedbackError(f"{location!r}: expected topic/partition@offset or path:line")
-    found: dict[str, object] | None = None
+def audit_entries(audit_log: Path) -> Iterator[dict]:
+    """The serve audit log's entries, oldest first; a torn line (after a crash) is skipped."""
     try:
         with audit_log.open(encoding="utf-8", errors="replace") as f:
             for text in f:
                 try:
                     entry = json.loads(text)
                 except json.JSONDecodeError:
-                    continue  # a torn last line after a crash
-                if (
-                    isinstance(entry, dict)
-                    and entry.get("source") == source
-                    and entry.get("offset") == int(offset)
-                ):
-                    found = entry
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
     except OSError as exc:
         raise FeedbackError(f"audit log {audit_log}: cannot read: {exc.strerror}") from None
+
+
+def audit_entry(audit_log: Path, location: str) -> dict[str, object]:
+    """The serve audit log's entry for `topic/partition@offset` (the newest, if re-delivered)."""
+    source, _, offset = location.rpartition("@")
+    if not source or not offset.isdigit():
+        raise FeedbackError(f"{location!r}: expected topic/partition@offset or path:line")
+    found: dict[str, object] | None = None
+    for entry in audit_entries(audit_log):
+        if entry.get("source") == source and entry.get("offset") == int(offset):
+            found = entry
     if found is None or not found.get("template"):
         raise FeedbackError(f"{location}: not in the audit log {audit_log} (or logged without its template)")
     return found

@@ -21,13 +21,12 @@ the live model's hand-off, so it never delays an alert, but it does delay the co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback import FeedbackError, covers
+from logstream.feedback import audit_entries, covers
 from logstream.metrics import MODEL_FLAGGED, MODEL_WOULD_ALERT, SHADOW_OVERLAP
 from logstream.records import LogRecord
 
@@ -72,29 +71,21 @@ class ModelTally:
 def tally(audit_log: Path, since: float | None = None, until: float | None = None) -> dict[str, ModelTally]:
     """Per model id, what the audit log says it scored and flagged in [since, until)."""
     out: dict[str, ModelTally] = {}
-    try:
-        with audit_log.open(encoding="utf-8", errors="replace") as f:
-            for text in f:
-                try:
-                    entry = json.loads(text)
-                except json.JSONDecodeError:
-                    continue  # a torn last line after a crash
-                if not isinstance(entry, dict) or entry.get("kind") != "line":
-                    continue
-                at = entry.get("at")
-                if isinstance(at, int | float) and (
-                    (since is not None and at < since) or (until is not None and at >= until)
-                ):
-                    continue
-                t = out.setdefault(str(entry.get("model", "")), ModelTally())
-                t.lines += 1
-                t.shadow = t.shadow or bool(entry.get("shadow"))
-                if entry.get("anomaly"):
-                    t.flagged += 1
-                    t.flagged_at.add((str(entry.get("source")), int(entry.get("offset") or 0)))
-                    t.templates.add(str(entry.get("template")))
-    except OSError as exc:
-        raise FeedbackError(f"audit log {audit_log}: cannot read: {exc.strerror}") from None
+    for entry in audit_entries(audit_log):
+        if entry.get("kind") != "line":
+            continue
+        at = entry.get("at")
+        if isinstance(at, int | float) and (
+            (since is not None and at < since) or (until is not None and at >= until)
+        ):
+            continue
+        t = out.setdefault(str(entry.get("model", "")), ModelTally())
+        t.lines += 1
+        t.shadow = t.shadow or bool(entry.get("shadow"))
+        if entry.get("anomaly"):
+            t.flagged += 1
+            t.flagged_at.add((str(entry.get("source")), int(entry.get("offset") or 0)))
+            t.templates.add(str(entry.get("template")))
     return out
 
 
