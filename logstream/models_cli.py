@@ -42,15 +42,13 @@ def evaluate(model_dir: Path, log: Path, labels: Path | None) -> dict[str, objec
     import hashlib
 
     from logstream.detector import Detector
-    from logstream.inputs import InputStats, compile_stream_key, read_labels, read_lines, stream_of
-    from logstream.records import LogRecord
+    from logstream.inputs import InputStats, line_parser, read_labels, read_records
 
     detector = Detector.load(model_dir, device="cpu")
-    lines = read_lines(log, InputStats())
-    key = compile_stream_key(detector.meta.get("stream_key"))
-    flagged = [
-        s.is_anomaly for s in detector.score([LogRecord(line=x, stream=stream_of(x, key)) for x in lines])
-    ]
+    # as replay reads it: serve's parser and bad-input policy, the model's saved stream key
+    records = list(read_records(log, InputStats(), line_parser(detector.meta.get("stream_key"))))
+    flagged = [s.is_anomaly for s in detector.score(records)]
+    lines = records
     result: dict[str, object] = {
         "replay_set": str(log), "replay_sha256": hashlib.sha256(log.read_bytes()).hexdigest(),
         "lines": len(lines), "flagged": sum(flagged),

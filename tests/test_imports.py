@@ -19,7 +19,10 @@ PACKAGES = {  # folder -> the package it is imported as (pyproject [tool.setupto
     "alerts": "logstream.alerts",
 }
 # Modules that run a command line: nothing below them may import them.
-COMMANDS = {"logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__"}
+COMMANDS = {
+    "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
+    "logstream.feedback_cli", "logstream.models_cli",
+}  # fmt: skip
 # The commands' work (training, backtests, serving, benchmarks): the core that scores records
 # must not depend on it.
 WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live"}
