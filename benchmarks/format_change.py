@@ -25,24 +25,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import tempfile
 from pathlib import Path
 
 from logstream.detector import Detector
 from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
-from logstream.inputs import streams_from_lines
+from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
 from logstream.retrain import continue_training, write_sample
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
 from logstream.train import TrainConfig, save, train
 
-KEY = re.compile(STREAM_KEY)
 RATE = 5e-3
 
 
 def records(lines: list[str]) -> list[LogRecord]:
-    return [LogRecord(line=line, stream=KEY.search(line).group(1)) for line in lines]
+    return parse_lines(lines, STREAM_KEY)
 
 
 def evaluate(detector: Detector, log: SyntheticLog) -> dict[str, object]:
@@ -64,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="format-change-"))
     config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=args.steps, batch_size=16)
-    baseline = streams_from_lines(generate_lines(4000, seed=1).lines, KEY)
+    baseline = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
     old = work / "v1"
     save(train(baseline, config), old)
     write_sample(old, baseline)
@@ -87,7 +85,7 @@ def main() -> None:
     results["stale + feedback"] = evaluate(stale, test)
 
     more = dataclasses.replace(config, max_steps=args.continue_steps)
-    trained, _ = continue_training(old, streams_from_lines(after.lines, KEY), more, feedback_db=db)
+    trained, _ = continue_training(old, streams_from_lines(after.lines, STREAM_KEY), more, feedback_db=db)
     new = work / "v2"
     save(trained, new)
     continued = Detector.load(new, device="cpu", false_alarm_rate=RATE)

@@ -4,7 +4,6 @@ the token, and resolved from what an operator has at hand (a fingerprint, a path
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,16 +20,14 @@ from logstream.detector import Detector, ScoredLine
 from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore, Target
 from logstream.feedback_cli import give
 from logstream.feedback_http import FeedbackEndpoint
+from logstream.inputs import parse_lines
 from logstream.metrics import Health, serve_http
-from logstream.records import LogRecord
 from logstream.synth import STREAM_KEY, generate_lines
-
-KEY = re.compile(STREAM_KEY)
 
 
 def _score(detector: Detector, lines: list[str]) -> list[ScoredLine]:
     detector.reset()
-    return detector.score([LogRecord(line=line, stream=KEY.search(line).group(1)) for line in lines])
+    return detector.score(parse_lines(lines, STREAM_KEY))
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,12 @@ import pytest
 
 from logstream.detector import Detector, ScoredLine
 from logstream.feedback import Feedback, FeedbackStore, template_of
-from logstream.inputs import streams_from_lines
+from logstream.inputs import parse_lines, streams_from_lines
 from logstream.normalize import Normalizer
-from logstream.records import LogRecord
 from logstream.retrain import SAMPLE_LINES, continue_training, read_sample, write_sample
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
 from logstream.train import TrainConfig, save
 
-KEY = re.compile(STREAM_KEY)
 REWORDED = re.compile(r"complete|status=healthy")  # the three templates the deploy changed
 
 
@@ -32,7 +30,7 @@ def models(synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     reworded line shape that an operator marked normal (nothing else shows the new wording)."""
     parent = tmp_path_factory.mktemp("retrain") / "v1"
     shutil.copytree(synthetic_model_dir, parent)
-    write_sample(parent, streams_from_lines(generate_lines(4000, seed=1).lines, KEY))
+    write_sample(parent, streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY))
     normalizer = Normalizer.from_json(json.loads((parent / "logstream.json").read_text())["mask_rules"])
     db = parent.parent / "outbox.sqlite"
     store = FeedbackStore(db)
@@ -44,7 +42,7 @@ def models(synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
             store.add(Feedback("normal", template, line=line, created_by="on-call"))
     store.close()
     assert len(seen) >= 3  # one per partition count too: "over 4 partitions" is its own line shape
-    new = streams_from_lines(generate_lines(1500, seed=3).lines, KEY)
+    new = streams_from_lines(generate_lines(1500, seed=3).lines, STREAM_KEY)
     config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=400, batch_size=16)
     trained, streams = continue_training(parent, new, config, feedback_db=db)
     out = parent.parent / "v2"
@@ -55,7 +53,7 @@ def models(synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 def _score(model: Path, log: SyntheticLog) -> list[ScoredLine]:
     detector = Detector.load(model, device="cpu", false_alarm_rate=5e-3)
-    return detector.score([LogRecord(line=line, stream=KEY.search(line).group(1)) for line in log.lines])
+    return detector.score(parse_lines(log.lines, STREAM_KEY))
 
 
 def test_continued_model_learns_the_fed_back_wording_and_keeps_the_incidents(
