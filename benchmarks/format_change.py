@@ -13,6 +13,9 @@ lines): the job's fetch and transform steps and the monitor's heartbeat. Then:
 3. continued:        `train --from` the old model on those 1,500 lines plus the feedback
                      examples plus its kept sample of the old data; no feedback rules.
 4. continued + fb:   the continued model with the verdicts still in force.
+5. refreshed prompt: dynamic sinks, `train --from --prompt-only`: the stale model's weights
+                     with the pattern prompt rebuilt from those 1,500 lines and its tails
+                     fitted on them again; no verdicts, no training.
 
 Each scores the same 3,000 post-deploy lines with three incidents of each synthetic kind:
 false alarms per 10k normal lines, and which incident kinds are still caught (incident lines
@@ -32,7 +35,7 @@ from logstream.detector import Detector
 from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
-from logstream.retrain import continue_training, write_sample
+from logstream.retrain import continue_training, refresh_prompt, write_sample
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
 from logstream.train import TrainConfig, save, train
 
@@ -92,6 +95,12 @@ def main() -> None:
     results["continued"] = evaluate(continued, test)
     continued.feedback = FeedbackRules(store)
     results["continued + feedback"] = evaluate(continued, test)
+
+    prompt = refresh_prompt(old, streams_from_lines(after.lines, STREAM_KEY), config)
+    save(prompt, work / "v1-prompt")
+    results["refreshed prompt"] = evaluate(
+        Detector.load(work / "v1-prompt", device="cpu", false_alarm_rate=RATE), test
+    )
 
     print(f"verdicts given: {len(first_flag)} templates (from {len(after.lines)} post-deploy lines)")
     print(f"{'model':<22} {'false alarms / 10k':>18}  incidents caught (lines)")

@@ -208,6 +208,13 @@ def train_command(
         Path | None,
         typer.Option(help="With --from: feedback database (outbox) whose lines marked normal it learns."),
     ] = None,
+    prompt_only: Annotated[
+        bool,
+        typer.Option(
+            help="With --from: no training; the same weights with the pattern prompt (the attention "
+            "sinks) rebuilt from the inputs' common templates, calibrated on them (dynamic sinks)."
+        ),
+    ] = False,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
     from logstream.inputs import (
@@ -218,11 +225,13 @@ def train_command(
         streams_from_records,
         streams_from_sessions,
     )
-    from logstream.retrain import continue_training, write_sample
+    from logstream.retrain import continue_training, read_sample, refresh_prompt, write_sample
     from logstream.train import save, train
 
     if feedback is not None and from_model is None:
         raise fail("--feedback needs --from MODEL (a fresh model learns from the inputs only)")
+    if prompt_only and (from_model is None or feedback is not None):
+        raise fail("--prompt-only needs --from MODEL and no --feedback (it changes no weights)")
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
         stream_key if format is Format.lines else None,
@@ -246,6 +255,9 @@ def train_command(
 
         if from_model is None:
             trained = train(streams, config, progress=advance)
+        elif prompt_only:
+            trained = refresh_prompt(from_model, streams, config)
+            streams = read_sample(from_model)  # the weights still know only the parent's data
         else:
             trained, streams = continue_training(
                 from_model, streams, config, feedback_db=feedback, progress=advance
@@ -270,7 +282,9 @@ def train_summary(out: Path, meta: dict) -> str:
         + f"; alerts above score {-math.log10(rate):.2f} (false-alarm rate {rate:g})"
         + f"; data {meta['data_sha256'][:12]}"
         + (
-            f"; continued from {meta['parent']}: {meta['new_lines']} new, {meta['feedback_lines']} "
+            f"; pattern prompt rebuilt from {meta['new_lines']} new lines on the weights of {meta['parent']}"
+            if meta.get("prompt_refreshed")
+            else f"; continued from {meta['parent']}: {meta['new_lines']} new, {meta['feedback_lines']} "
             f"feedback, {meta['replayed_lines']} replayed lines, window {meta['data_window']}"
             if meta.get("parent")
             else ""

@@ -43,6 +43,7 @@ _VERSION = re.compile(r"v(\d{4,})")
 LINEAGE_KEYS = (
     "data_sha256", "data_window", "train_lines", "heldout_lines", "train_tokens", "train_steps",
     "final_loss", "train_config", "preset", "window", "created_at", "feedback_lines", "replayed_lines",
+    "new_lines", "prompt_refreshed",
 )  # fmt: skip
 
 

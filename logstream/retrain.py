@@ -16,6 +16,11 @@ The new model's logstream.json says what it learned: `parent` (the model id it c
 from), `data_window` (first and last event time of the new data, when its lines carry
 timestamps), `data_sha256` and the counts (`train_lines`, `feedback_lines`,
 `replayed_lines`).
+
+Dynamic sinks (`refresh_prompt`, `train --from MODEL --prompt-only`): the same weights with
+the pattern prompt (the attention sinks) rebuilt from the templates now common in the new
+data, recalibrated on its held-out lines. Like a continued model it is a new version, shadowed
+and promoted through the model store, never an edit in place.
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from logstream.detector import Detector
 from logstream.event_time import line_time
 from logstream.feedback import FeedbackStore, latest_verdicts
 from logstream.model import ModelDirError, load_model_dir
 from logstream.normalize import Normalizer
-from logstream.train import Stream, TrainConfig, Trained, train
+from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
+from logstream.scoring import Calibration
+from logstream.train import Stream, TrainConfig, Trained, calibrate, data_sha256, heldout_split, train
 
 SAMPLE_FILE = "baseline_sample.jsonl"
 SAMPLE_LINES = 4000  # the old data a model keeps for its successors (consecutive lines per stream)
@@ -171,3 +179,32 @@ def continue_training(
         replayed_lines=sum(len(s.lines) for s in replayed),
     )
     return trained, streams
+
+
+def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> Trained:
+    """`model_dir`'s weights with the pattern prompt rebuilt from `new`'s most common
+    templates (within the same sink budget) and calibrated again on `new`'s held-out lines
+    with the model's own scoring config: the sinks change what every line is scored
+    against, so the old tails no longer hold. The model knows the old and new templates."""
+    model, tokenizer, meta = load_model_dir(model_dir)
+    streams, heldout = heldout_split([s for s in new if s.lines], config)
+    normalizer = Normalizer.from_json(meta["mask_rules"])
+    masked = [normalizer.mask(line) for s in streams for line in s.lines]
+    baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
+    meta = {
+        **meta,
+        "pattern_prompt": pattern_prompt(mine(masked).templates(), config.prompt_templates),
+        "templates": [t.text for t in mine([*meta["templates"], *baseline]).templates()][:MAX_TEMPLATES],
+        "parent": f"{model_dir.name}@{meta.get('data_sha256', '')[:12]}",
+        "prompt_refreshed": True,
+        "data_sha256": data_sha256(new),  # the data this version's prompt and tails come from
+        "data_window": data_window(new),
+        "new_lines": len(masked),
+        "feedback_lines": 0,
+        "replayed_lines": 0,
+        "heldout_lines": len(baseline) - len(masked),
+    }
+    detector = Detector(model, tokenizer, meta, device="cpu")
+    scoring = Calibration.from_json(meta["calibration"]).config
+    meta["calibration"] = calibrate(detector, heldout, scoring).to_json()
+    return Trained(model, tokenizer, meta)
