@@ -565,6 +565,20 @@ def test_model_from_pvc_is_mounted_read_only(helm: str) -> None:
     }
 
 
+def test_model_layout_store_makes_serve_follow_the_store(helm: str) -> None:
+    """model.layout store: serve's config names the mount as model.store (hot reload of the
+    promoted version, a shadow candidate passes through), never model.dir; the default is dir."""
+    assert serve_config(render(helm))["model"]["dir"] == "/models/logstream"
+    assert "store" not in serve_config(render(helm))["model"]
+    model = serve_config(render(helm, sets=["model.layout=store", "config.serve.model.shadow=v0003"]))[
+        "model"
+    ]
+    assert model["store"] == "/models/logstream" and model["shadow"] == "v0003"
+    assert "dir" not in model
+    result = _run(_template_args(helm, [], ["model.layout=both"]))
+    assert result.returncode != 0 and "layout" in result.stderr
+
+
 def test_pdb_takes_min_available_or_max_unavailable(helm: str) -> None:
     """The PDB uses minAvailable when set, otherwise maxUnavailable; it can be switched off."""
     assert one(render(helm), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1

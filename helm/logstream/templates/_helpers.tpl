@@ -97,7 +97,7 @@ Where the ConfigMap (serve.yaml, alerts.yaml) is mounted in the container.
 
 {{/*
 The serve config as a YAML document: files/serve.yaml, deep-merged with config.serve, and the
-paths the chart owns: model.dir, model.device on GPU pods, sink.routes (the mounted
+paths the chart owns: model.dir (or model.store, with model.layout "store"), model.device on GPU pods, sink.routes (the mounted
 alerts.yaml) when sink.kind is "alerts", and repartition.in_process (false when the stage
 has its own Deployment). Every template that needs a setting (the http port,
 the consumer group, the brokers) reads it from here, so the ConfigMap, the probes and the
@@ -107,7 +107,13 @@ KEDA trigger cannot disagree.
 {{- $config := .Files.Get "files/serve.yaml" | fromYaml }}
 {{- include "logstream.deepMerge" (list $config (deepCopy .Values.config.serve)) }}
 {{- $model := get $config "model" | default dict }}
+{{- if eq .Values.model.layout "store" }}
+{{- $_ := set $model "store" .Values.model.mountPath }}
+{{- $_ := unset $model "dir" }}
+{{- else }}
 {{- $_ := set $model "dir" .Values.model.mountPath }}
+{{- $_ := unset $model "store" }}
+{{- end }}
 {{- if .Values.gpu.enabled }}
 {{- $_ := set $model "device" "cuda" }}
 {{- end }}
