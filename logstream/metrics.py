@@ -102,6 +102,9 @@ MODEL_WOULD_ALERT = Counter(
     "Distinct (stream, template) flagged per batch, per model role: alerts before grouping timers.",
     ["role"],
 )
+CANDIDATES = Counter(
+    "logstream_candidates", "Scheduled candidate versions trained by serve, by outcome.", ["outcome"]
+)
 SHADOW_OVERLAP = Counter(
     "logstream_shadow_overlap_lines", "Lines flagged by both the live and the shadow model."
 )

@@ -52,6 +52,7 @@ from logstream.alerts.config import load_config
 from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
+from logstream.candidate import CandidateTrainer
 from logstream.changelog import Changelog, StreamBook
 from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
@@ -90,6 +91,7 @@ from logstream.model_store import version_dir
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
 from logstream.shadow import Shadow, count_live
+from logstream.train import TrainConfig
 
 log = structlog.get_logger(__name__)
 
@@ -146,10 +148,12 @@ class Service:
         audit: AuditLog | None = None,
         follower: ModelFollower | None = None,
         shadow: Shadow | None = None,
+        candidates: CandidateTrainer | None = None,
     ) -> None:
         self.settings = settings
         self.follower = follower  # model.store: hot reload between batches
         self.shadow = shadow  # model.shadow: a candidate that never pages
+        self.candidates = candidates  # model.candidate_every_seconds: scheduled new versions
         self.detector = detector
         self.sink = sink
         self.health = health
@@ -305,6 +309,9 @@ class Service:
             scored += self._idle_stream_ends(now)
         self._put(scored)
         count_live(scored)
+        if self.candidates is not None:  # after the hand-off; trains on its own thread
+            self.candidates.observe(scored)
+            self.candidates.maybe_start()
         if self.shadow is not None:  # after the hand-off: a candidate never delays an alert
             shadowed = self.shadow.score(batch.records, scored)
             if self.audit is not None:
@@ -501,13 +508,20 @@ async def serve(settings: ServeSettings) -> int:
             "device": settings.model.device, "window": settings.model.window,
             "false_alarm_rate": settings.model.false_alarm_rate, "threshold": settings.model.threshold,
         }  # fmt: skip
-        follower, shadow = None, None
+        follower, shadow, candidates = None, None, None
         if settings.model.store is not None:
             follower = ModelFollower(settings.model.store, options, settings.model.reload_seconds)
             detector = await asyncio.to_thread(follower.load_live)
             if settings.model.shadow is not None:
                 shadow_dir = version_dir(settings.model.store, settings.model.shadow)
                 shadow = Shadow(await asyncio.to_thread(Detector.load, shadow_dir, **options))
+            if settings.model.candidate_every_seconds is not None:
+                candidates = CandidateTrainer(
+                    settings.model.store, settings.model.candidate_every_seconds,
+                    settings.model.candidate_min_lines, settings.model.candidate_max_lines,
+                    TrainConfig(max_steps=settings.model.candidate_steps),
+                    feedback_db=Path(feedback.store.path) if feedback is not None else None,
+                )  # fmt: skip
         else:
             assert settings.model.dir is not None  # ModelSettings: exactly one of dir and store
             detector = await asyncio.to_thread(Detector.load, settings.model.dir, **options)
@@ -529,7 +543,8 @@ async def serve(settings: ServeSettings) -> int:
         if settings.repartition.topic is not None and settings.repartition.in_process:
             stage = asyncio.create_task(Repartitioner(settings).run(stop), name="repartition")
             stage.add_done_callback(lambda _: stop.set())  # a stage that died stops serve too
-        graceful = await Service(settings, detector, sink, health, audit, follower, shadow).run(stop)
+        service = Service(settings, detector, sink, health, audit, follower, shadow, candidates)
+        graceful = await service.run(stop)
         if stage is not None:
             await stage  # raises if it died: a bug or Kafka gone, exit non-zero
         if not graceful:

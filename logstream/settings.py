@@ -62,6 +62,13 @@ class ModelSettings(_Section):
     # A candidate store version scored next to the live one on the same records; it never
     # pages (its anomalies go to metrics and the audit log only). Needs `store`.
     shadow: str | None = None
+    # Scheduled candidates (logstream.candidate): every this many seconds (86400: nightly),
+    # continue the live version on the latest unflagged lines and add it to the store as a
+    # new version, never promoted. None = off. Needs `store`.
+    candidate_every_seconds: float | None = Field(default=None, gt=0)
+    candidate_min_lines: int = Field(default=5_000, gt=0)  # fewer kept lines: wait
+    candidate_max_lines: int = Field(default=50_000, gt=0)  # the most recent ones are kept
+    candidate_steps: int = Field(default=400, gt=0)  # training steps of a candidate
     device: str = "cpu"
     # Tokens kept in each stream's rolling window; None = the window it was trained with.
     window: int | None = Field(default=None, gt=0)
@@ -80,6 +87,8 @@ class ModelSettings(_Section):
             raise ValueError("set exactly one of model.dir and model.store")
         if self.shadow is not None and self.store is None:
             raise ValueError("model.shadow names a store version: it needs model.store")
+        if self.candidate_every_seconds is not None and self.store is None:
+            raise ValueError("model.candidate_every_seconds adds versions to a store: it needs model.store")
         return self
 
 
