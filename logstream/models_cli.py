@@ -16,15 +16,24 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from logstream import model_store
 from logstream.alerts.cli import _user
 
+if TYPE_CHECKING:
+    from logstream.shadow import Gate
+
 app = typer.Typer(no_args_is_help=True, help=__doc__, add_completion=False)
 
+FeedbackOpt = Annotated[
+    Path | None, typer.Option(help="Feedback database: the candidate must flag every confirmed anomaly.")
+]
+RatioOpt = Annotated[
+    float, typer.Option(min=0.0, help="Gate: candidate's alert rate at most this times the live one's.")
+]
 StoreOpt = Annotated[
     Path, typer.Option("--store", help="The model store directory (local path or mounted volume).")
 ]
@@ -117,10 +126,25 @@ def show_command(
 def promote_command(
     store: StoreOpt,
     version: Annotated[str, typer.Argument(help="The version to make live.")],
+    gate_audit: Annotated[
+        Path | None,
+        typer.Option(help="Promote only if this version passes the gate as the shadow in serve's audit log."),
+    ] = None,
+    feedback: FeedbackOpt = None,
+    max_rate_ratio: RatioOpt = 1.5,
     comment: CommentOpt = "",
     by: ByOpt = "",
 ) -> None:
     """Make a version live; serve processes following the store switch to it."""
+    if gate_audit is not None:
+        _, shadow, verdict = _compare(gate_audit, None, None, feedback, max_rate_ratio)
+        if shadow is None or verdict is None or not shadow.startswith(f"{version}@"):
+            raise model_store.StoreError(
+                f"--gate-audit: {gate_audit} has no shadow run of {version} next to one live model"
+            )
+        if not verdict.passed:
+            sys.stderr.write(f"{version}: gate FAILED, not promoted\n")
+            raise typer.Exit(1)
     entry = model_store.promote(store, version, by=by or _user(), comment=comment)
     sys.stdout.write(f"live: {entry.version} (was {entry.previous or 'none'})\n")
 
@@ -149,29 +173,37 @@ def compare_command(
     audit: Annotated[Path, typer.Option(help="serve's audit log (it holds the live and the shadow scores).")],
     since: Annotated[str | None, typer.Option(help="From this time (RFC 3339 or unix s).")] = None,
     until: Annotated[str | None, typer.Option(help="Up to this time (exclusive).")] = None,
-    feedback: Annotated[
-        Path | None, typer.Option(help="Feedback database: the candidate must flag every confirmed anomaly.")
-    ] = None,
-    max_rate_ratio: Annotated[
-        float, typer.Option(min=0.0, help="Gate: candidate's alert rate at most this times the live one's.")
-    ] = 1.5,
+    feedback: FeedbackOpt = None,
+    max_rate_ratio: RatioOpt = 1.5,
 ) -> None:
     """Live vs shadow model from the audit log: lines, flagged per 10k, overlap, and the
     promotion gate (exit 1 when the candidate fails it)."""
+    _, _, verdict = _compare(
+        audit, _time(since, "--since"), _time(until, "--until"), feedback, max_rate_ratio
+    )
+    if verdict is not None and not verdict.passed:
+        raise typer.Exit(1)
+
+
+def _compare(
+    audit: Path, since: float | None, until: float | None, feedback: Path | None, max_rate_ratio: float
+) -> tuple[str | None, str | None, Gate | None]:
+    """Print the live and shadow tallies and the gate; (live id, shadow id, gate), Nones
+    when the range does not hold exactly one live and one shadow model."""
     from logstream.feedback import FeedbackStore, latest_verdicts
     from logstream.shadow import gate, tally
 
-    tallies = tally(audit, _time(since, "--since"), _time(until, "--until"))
+    tallies = tally(audit, since, until)
     for model, t in sorted(tallies.items()):
         role = "shadow" if t.shadow else "live"
         sys.stdout.write(
             f"{role:<6}  {model}  lines={t.lines}  flagged={t.flagged}  per_10k={t.per_10k:.1f}\n"
         )
-    live = [t for t in tallies.values() if not t.shadow]
-    shadow = [t for t in tallies.values() if t.shadow]
+    live = [(m, t) for m, t in tallies.items() if not t.shadow]
+    shadow = [(m, t) for m, t in tallies.items() if t.shadow]
     if len(live) != 1 or len(shadow) != 1:
         sys.stderr.write("no gate: needs exactly one live and one shadow model in the range\n")
-        return
+        return None, None, None
     confirmed: list[str] = []
     if feedback is not None:
         store = FeedbackStore(feedback)
@@ -179,11 +211,11 @@ def compare_command(
             confirmed = [t for t, v in latest_verdicts(store.listed()).items() if v == "anomaly"]
         finally:
             store.close()
-    overlap = len(live[0].flagged_at & shadow[0].flagged_at)
-    verdict = gate(live[0], shadow[0], confirmed, max_rate_ratio)
+    (live_id, live_tally), (shadow_id, shadow_tally) = live[0], shadow[0]
+    overlap = len(live_tally.flagged_at & shadow_tally.flagged_at)
+    verdict = gate(live_tally, shadow_tally, confirmed, max_rate_ratio)
     sys.stdout.write(
         f"overlap={overlap} lines flagged by both; rate ratio {verdict.rate_ratio:.2f} (gate {max_rate_ratio}); "
         f"confirmed anomalies missed: {len(verdict.missed)}; gate {'passed' if verdict.passed else 'FAILED'}\n"
     )
-    if not verdict.passed:
-        raise typer.Exit(1)
+    return live_id, shadow_id, verdict

@@ -163,3 +163,26 @@ def test_compare_gates_on_rate_and_confirmed_anomalies(tmp_path: Path) -> None:
     assert noisy.returncode == 1 and "rate ratio 2.00" in noisy.stdout
     late = _models("compare", "--audit", audit, "--since", "1004", "--max-rate-ratio", "1.5")
     assert late.returncode == 0 and "lines=6" in late.stdout
+
+
+def test_promote_with_a_gate_needs_a_passing_shadow_run_of_that_version(
+    tmp_path: Path, synthetic_model_dir: Path
+) -> None:
+    """`models promote --gate-audit`: refused (exit 1, still the old live version) when the
+    version's shadow run fails the gate, refused (exit 2) when the audit log has no shadow run
+    of it, promoted when it passes."""
+    store = tmp_path / "store"
+    for _ in range(2):
+        model_store.add(store, synthetic_model_dir)
+    model_store.promote(store, "v0001")
+    audit = tmp_path / "audit.jsonl"
+    live = [("v0001@a", False, i, i == 7, "GET <*>") for i in range(10)]
+    _audit(audit, live + [("v0002@b", True, i, i in (1, 2, 3, 7), "GET <*>") for i in range(10)])
+    noisy = _models("promote", "--store", store, "v0002", "--gate-audit", audit)
+    assert noisy.returncode == 1 and "gate FAILED" in noisy.stdout and model_store.live(store) == "v0001"
+    other = _models("promote", "--store", store, "v0001", "--gate-audit", audit)
+    assert other.returncode == 2 and "no shadow run of v0001" in other.stderr
+    _audit(audit, live + [("v0002@b", True, i, i == 7, "GET <*>") for i in range(10)])
+    passed = _models("promote", "--store", store, "v0002", "--gate-audit", audit)
+    assert passed.returncode == 0, passed.stderr
+    assert model_store.live(store) == "v0002"
