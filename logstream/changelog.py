@@ -57,7 +57,7 @@ from logstream.metrics import (
     COLD_LINES,
     SPLIT_STREAMS,
 )
-from logstream.patterns import seeded_miner, template_id
+from logstream.patterns import template_id
 from logstream.records import LogRecord
 from logstream.settings import KafkaSettings, StateSettings
 
@@ -147,7 +147,6 @@ class StreamBook:
         self._closed: dict[str, str] = {}  # closed since the last write -> last source: tombstones
         self._restored: dict[str, tuple[str, int]] = {}  # stream -> (source, offset) from a restore
         self._split: set[str] = set()
-        self._seeded: tuple[str, frozenset[int]] = ("", frozenset())  # model id -> its seeded ids
 
     def lines(self, stream: str) -> int:
         entry = self._entries.get(stream)
@@ -165,10 +164,9 @@ class StreamBook:
         del self._restored[record.stream]  # past the restored point: back to normal
         return False
 
-    def observe(self, detector: Detector, scored: Sequence[ScoredLine]) -> list[ScoredLine]:
+    def observe(self, scored: Sequence[ScoredLine]) -> list[ScoredLine]:
         """Count the scored lines per stream; lines of streams still short of
         `min_context_lines` get the cold threshold (no alert, or a stricter one)."""
-        seeded = self._seeded_ids(detector)
         now = time.time()
         out = []
         for line in scored:
@@ -185,7 +183,8 @@ class StreamBook:
             entry.source = record.source
             entry.offset = (record.offset + 1) if record.offset is not None else entry.offset
             entry.seen = now
-            if line.template_id is not None and line.template and line.template_id not in seeded:
+            # a template the model's miner did not start with (the detector's seeded clusters)
+            if line.template_id is not None and line.template and line.known_template is None:
                 learned = entry.learned = entry.learned or {}
                 learned.pop(line.template_id, None)
                 learned[line.template_id] = line.template
@@ -198,13 +197,6 @@ class StreamBook:
             forgotten, _ = self._entries.popitem(last=False)
             self._dirty.discard(forgotten)
         return out
-
-    def _seeded_ids(self, detector: Detector) -> frozenset[int]:
-        """Ids of the templates the model's miner starts with (computed once per model)."""
-        if self._seeded[0] != detector.model_id:
-            ids = frozenset(t.id for t in seeded_miner(detector.known_templates).templates())
-            self._seeded = (detector.model_id, ids)
-        return self._seeded[1]
 
     def _cold(self, line: ScoredLine) -> ScoredLine:
         threshold = self.settings.cold_threshold

@@ -301,7 +301,7 @@ class Service:
             self._follow(self.follower)
         records = [r for r in batch.records if not self.book.already_scored(r)]
         started = time.perf_counter()
-        scored = self.book.observe(self.detector, self.detector.score(records)) if records else []
+        scored = self.book.observe(self.detector.score(records)) if records else []
         SCORE_SECONDS.observe(time.perf_counter() - started)
         now = time.monotonic()
         if self.settings.stream_idle_seconds is not None:

@@ -88,7 +88,7 @@ def test_restored_stream_scores_like_one_that_never_moved(synthetic_model_dir: P
     kept.score(before)
     want = kept.score(after)
     first, book = Detector.load(synthetic_model_dir), StreamBook(StateSettings(), 1000)
-    book.observe(first, first.score(before))
+    book.observe(first.score(before))
     states, _ = book.take_changes(first)
     moved, restore_book = Detector.load(synthetic_model_dir), StreamBook(StateSettings(), 1000)
     decoded = sorted((StreamState.decode(s.stream, s.encode()) for s in states), key=lambda s: s.seen)
@@ -105,17 +105,17 @@ def test_cold_start_holds_alerts_back_until_min_context_lines(synthetic_model_di
     detector = Detector.load(synthetic_model_dir)
     odd = LogRecord(ODD_LINE, "web-1", "logs/0", 0, source_kind="kafka")
     book = StreamBook(StateSettings(min_context_lines=3), 1000)
-    [first] = book.observe(detector, detector.score([odd]))
+    [first] = book.observe(detector.score([odd]))
     assert first.score > detector.threshold and not first.is_anomaly
     normal = records(generate_lines(40, seed=3).lines)
-    book.observe(detector, detector.score([r for r in normal if r.stream == "web-1"][:2]))
-    [later] = book.observe(detector, detector.score([odd]))
+    book.observe(detector.score([r for r in normal if r.stream == "web-1"][:2]))
+    [later] = book.observe(detector.score([odd]))
     assert later.is_anomaly
     strict = StreamBook(StateSettings(min_context_lines=3, cold_threshold=first.score + 1), 1000)
-    [held] = strict.observe(detector, detector.score([odd]))
+    [held] = strict.observe(detector.score([odd]))
     assert not held.is_anomaly and held.threshold == first.score + 1
     lenient = StreamBook(StateSettings(min_context_lines=3, cold_threshold=first.score - 1), 1000)
-    [raised] = lenient.observe(detector, detector.score([odd]))
+    [raised] = lenient.observe(detector.score([odd]))
     assert raised.is_anomaly
 
 
@@ -126,7 +126,7 @@ def test_stream_on_two_partitions_is_counted_once(synthetic_model_dir: Path) -> 
     lines = generate_lines(30, seed=4).lines
     split_before = SPLIT_STREAMS._value.get()
     for partition in (0, 1, 0, 1):
-        book.observe(detector, detector.score(records(lines[:5], source=f"logs/{partition}")))
+        book.observe(detector.score(records(lines[:5], source=f"logs/{partition}")))
     assert SPLIT_STREAMS._value.get() - split_before == len({r.stream for r in records(lines[:5])})
 
 
