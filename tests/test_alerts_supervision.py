@@ -160,6 +160,9 @@ def test_healthy_is_false_after_repeated_failures_and_true_after_recovery(tmp_pa
             clock.advance(10)
             sink.worker.wake()
             assert receiver.wait_for(lambda r: len(r.ok()) == 1, timeout=30)
+            # settled too: else the lock below fails the settle, not the flush, and the
+            # first alert is (rightly) sent again with its idempotency key
+            assert receiver.wait_for(lambda _r: sink.outbox.pending() == 0, timeout=30)
             assert receiver.wait_for(lambda _r: sink.healthy() and _worker_up() == 1.0, timeout=30)
             sink.put([anomaly(template_id=2)])
             with _write_locked(config.delivery.outbox):
@@ -167,7 +170,7 @@ def test_healthy_is_false_after_repeated_failures_and_true_after_recovery(tmp_pa
                 sink.worker.wake()
                 assert receiver.wait_for(lambda _r: not sink.healthy(), timeout=30)
                 assert _worker_up() == 0.0
-            assert receiver.wait_for(lambda r: len(r.ok()) == 2, timeout=30)
+            assert receiver.wait_for(lambda r: len({q.key for q in r.ok()}) == 2, timeout=30)
             assert receiver.wait_for(lambda _r: sink.healthy() and _worker_up() == 1.0, timeout=30)
         finally:
             sink.close(grace=0)
