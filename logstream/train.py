@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import math
 import random
 import time
@@ -66,6 +67,7 @@ class TrainConfig:
     lr: float = 3e-3
     warmup_fraction: float = 0.1
     robust_share: float = 0.05  # share of each batch's lines whose loss is capped after warm-up
+    copy_share: float = 0.0  # share of training windows whose repeated tokens are renamed (`rename_repeats`)
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
@@ -162,6 +164,28 @@ def make_examples(
     return examples
 
 
+def rename_repeats(ids: list[int], line_of: list[int], vocab_size: int, rng: random.Random) -> list[int]:
+    """The window with each token that recurs across its lines renamed, with probability 1/2,
+    to a random vocabulary id, the same one at every occurrence.
+
+    A log model can memorise every repeat of its baseline, so it never needs to copy from
+    its context, and a burst's twentieth line is as surprising to it as the first. Renamed
+    tokens are unknown to the weights, so after their first occurrence only copying predicts
+    them: the lesson a stream's own identifiers (a pod, a user, a job) and bursts need.
+    Specials (ids < 4) and line ends are kept, so lines stay lines.
+    """
+    ends = {ids[i] for i in range(len(ids)) if i + 1 == len(ids) or line_of[i + 1] != line_of[i]}
+    lines_of: dict[int, set[int]] = {}
+    for token, line in zip(ids, line_of, strict=True):
+        lines_of.setdefault(token, set()).add(line)
+    renamed = {
+        token: rng.randrange(4, vocab_size)
+        for token, lines in lines_of.items()
+        if len(lines) > 1 and token >= 4 and token not in ends and rng.random() < 0.5
+    }
+    return [renamed.get(token, token) for token in ids]
+
+
 def robust_token_weights(
     token_loss: torch.Tensor, line_ids: torch.Tensor, mask: torch.Tensor, share: float
 ) -> torch.Tensor:
@@ -213,7 +237,9 @@ def fit(
         optimizer,
         lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)),
     )
-    S = len(sink_ids)
+    sinks = torch.tensor([sink_ids])  # [1, S]: the same prefix on every row, computed once
+    cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    vocab_size, copy_rng = model.config.vocab_size, random.Random(config.seed + 1)
     order: list[int] = []
     smoothed = float("nan")
     model.train()
@@ -222,20 +248,24 @@ def fit(
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        T = max(len(ids) for ids, _ in batch)
-        tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
-        line_ids = torch.zeros(len(batch), T, dtype=torch.long)
-        mask = torch.zeros(len(batch), T, dtype=torch.bool)
+        if config.copy_share > 0:  # its own generator: the batches stay those of copy_share 0
+            batch = [
+                (rename_repeats(ids, lines, vocab_size, copy_rng), lines)
+                if copy_rng.random() < config.copy_share
+                else (ids, lines)
+                for ids, lines in batch
+            ]
+        B, T = len(batch), max(len(ids) for ids, _ in batch)
+        tokens = torch.zeros(B, T, dtype=torch.long)
+        line_ids = torch.zeros(B, T, dtype=torch.long)
+        mask = torch.zeros(B, T, dtype=torch.bool)
         for b, (ids, lines) in enumerate(batch):
-            tokens[b, :S] = torch.tensor(sink_ids)
-            tokens[b, S : S + len(ids)] = torch.tensor(ids)
+            tokens[b, : len(ids)] = torch.tensor(ids)
             line_ids[b, : len(ids)] = torch.tensor(lines)
             mask[b, : len(ids)] = True
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
-        token_loss = F.cross_entropy(
-            logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
-        )  # [B, T]
+            logits = _forward_after_sinks(forward, sinks, tokens, cache_arg)  # predicts tokens  [B, T, V]
+        token_loss = F.cross_entropy(logits.float().transpose(1, 2), tokens, reduction="none")  # [B, T]
         share = config.robust_share if step >= warmup else 0.0
         weights = robust_token_weights(token_loss, line_ids, mask, share)
         loss = (token_loss * weights).sum() / weights.sum().clamp(min=1)
@@ -249,6 +279,25 @@ def fit(
             progress(step + 1, steps, smoothed)
     model.eval()
     return smoothed
+
+
+def _forward_after_sinks(
+    forward: Callable[..., Any], sinks: torch.Tensor, tokens: torch.Tensor, cache_arg: str
+) -> torch.Tensor:
+    """Logits predicting `tokens` [B, T] after the sink prefix `sinks` [1, S]: [B, T, V].
+
+    The prefix runs once and its KV cache is repeated over the rows, instead of running on
+    every row: the same values and gradients (sinks carry no loss), ~S/(S+T) less compute.
+    (`cache_arg`: transformers renamed `past_key_values` to `cache`.)"""
+    B, T = tokens.shape
+    prefix = forward(sinks, use_cache=True)
+    cache = prefix[cache_arg]
+    cache.batch_repeat_interleave(B)
+    first = prefix.logits[:, -1:].expand(B, 1, -1)  # the last sink predicts tokens[:, 0]
+    if T == 1:
+        return first
+    rest = forward(tokens[:, :-1], use_cache=True, **{cache_arg: cache}).logits  # [B, T-1, V]
+    return torch.cat([first, rest], dim=1)
 
 
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
