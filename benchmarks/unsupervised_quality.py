@@ -194,11 +194,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/unsupervised"))
     parser.add_argument("--hdfs-runs", type=Path, default=Path("runs"))
     parser.add_argument("--sets", nargs="*", default=[d.name for d in DEV_SETS])
-    parser.add_argument(
-        "--copy-share", type=float, default=0.0, help="TrainConfig.copy_share (use its own --out)"
-    )
     args = parser.parse_args()
-    train_config = TrainConfig(copy_share=args.copy_share)
 
     results: dict[str, dict] = {}
     for dev in DEV_SETS:
@@ -208,8 +204,7 @@ def main() -> None:
         print(f"{dev.name}:", flush=True)
         lines, labels, kinds = load_set(dev, args.data)
         data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        options = ReplayOptions(input=Path(dev.file), auto_train="all", train_config=train_config)
-        parts = cached_parts(options, data, args.out / dev.name)
+        parts = cached_parts(ReplayOptions(input=Path(dev.file), auto_train="all"), data, args.out / dev.name)
         table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
         results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}
         print(f"  {len(lines)} lines, {sum(labels)} injected, {time.time() - started:.0f} s")

@@ -67,7 +67,6 @@ class TrainConfig:
     lr: float = 3e-3
     warmup_fraction: float = 0.1
     robust_share: float = 0.05  # share of each batch's lines whose loss is capped after warm-up
-    copy_share: float = 0.0  # share of training windows whose repeated tokens are renamed (`rename_repeats`)
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
@@ -164,28 +163,6 @@ def make_examples(
     return examples
 
 
-def rename_repeats(ids: list[int], line_of: list[int], vocab_size: int, rng: random.Random) -> list[int]:
-    """The window with each token that recurs across its lines renamed, with probability 1/2,
-    to a random vocabulary id, the same one at every occurrence.
-
-    A log model can memorise every repeat of its baseline, so it never needs to copy from
-    its context, and a burst's twentieth line is as surprising to it as the first. Renamed
-    tokens are unknown to the weights, so after their first occurrence only copying predicts
-    them: the lesson a stream's own identifiers (a pod, a user, a job) and bursts need.
-    Specials (ids < 4) and line ends are kept, so lines stay lines.
-    """
-    ends = {ids[i] for i in range(len(ids)) if i + 1 == len(ids) or line_of[i + 1] != line_of[i]}
-    lines_of: dict[int, set[int]] = {}
-    for token, line in zip(ids, line_of, strict=True):
-        lines_of.setdefault(token, set()).add(line)
-    renamed = {
-        token: rng.randrange(4, vocab_size)
-        for token, lines in lines_of.items()
-        if len(lines) > 1 and token >= 4 and token not in ends and rng.random() < 0.5
-    }
-    return [renamed.get(token, token) for token in ids]
-
-
 def robust_token_weights(
     token_loss: torch.Tensor, line_ids: torch.Tensor, mask: torch.Tensor, share: float
 ) -> torch.Tensor:
@@ -239,7 +216,6 @@ def fit(
     )
     sinks = torch.tensor([sink_ids])  # [1, S]: the same prefix on every row, computed once
     cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-    vocab_size, copy_rng = model.config.vocab_size, random.Random(config.seed + 1)
     order: list[int] = []
     smoothed = float("nan")
     model.train()
@@ -248,13 +224,6 @@ def fit(
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        if config.copy_share > 0:  # its own generator: the batches stay those of copy_share 0
-            batch = [
-                (rename_repeats(ids, lines, vocab_size, copy_rng), lines)
-                if copy_rng.random() < config.copy_share
-                else (ids, lines)
-                for ids, lines in batch
-            ]
         B, T = len(batch), max(len(ids) for ids, _ in batch)
         tokens = torch.zeros(B, T, dtype=torch.long)
         line_ids = torch.zeros(B, T, dtype=torch.long)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-import random
+import inspect
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.train import TrainConfig, fit, rename_repeats
+from logstream.train import TrainConfig, _forward_after_sinks, fit
 
 
 def _model() -> LlamaForCausalLM:
@@ -54,35 +54,20 @@ def test_bf16_autocast_fit_stays_close() -> None:
     assert abs(got_loss - loss) <= 0.02 * loss
 
 
-def test_rename_repeats_renames_each_recurring_token_consistently() -> None:
-    """Tokens seen in 2+ lines get one new id each (about half of them); a token of one line
-    only, the specials (< 4) and line ends stay."""
-    line = [1, 10, 11, 12, 13, 14, 15, 16, 17, 5]  # 1: a special; 5: the line end
-    ids = line * 3 + [20, 21, 5]  # 20, 21: in one line only
-    line_of = [i // len(line) for i in range(3 * len(line))] + [3, 3, 3]
-    renamed = rename_repeats(ids, line_of, vocab_size=1000, rng=random.Random(0))
-    assert len(renamed) == len(ids) and renamed[-3:] == [20, 21, 5]
-    mapping = {a: b for a, b in zip(ids, renamed, strict=True) if a != b}
-    assert 1 not in mapping and 5 not in mapping
-    assert 0 < len(mapping) < 8  # about half of the 8 recurring tokens (seeded)
-    assert all(b == mapping.get(a, a) for a, b in zip(ids, renamed, strict=True))  # one new id per token
-    assert min(mapping.values()) >= 4  # never a special
-
-
-def test_copy_share_teaches_the_model_to_copy_from_its_context() -> None:
-    """On a baseline of one line repeated (memorisable: nothing to copy), a token the weights
-    never saw in that slot is as surprising on its sixth line as on its first. With renamed
-    windows in training, it is predicted from the lines before it."""
-    line = [10, 11, 12, 13, 5]
-    examples = [(line * 6, [i // len(line) for i in range(6 * len(line))]) for _ in range(16)]
-    probe = torch.tensor([[1, *([10, 40, 12, 13, 5] * 6)]])  # 40 in slot 2: never in the baseline
-    slots = [1 + k * len(line) + 1 for k in range(1, 6)]  # token 40 on lines 2-6
-
-    def surprise(copy_share: float) -> float:
-        model = _model()
-        fit(model, examples, [1], TrainConfig(batch_size=4, seed=3, copy_share=copy_share), steps=150)
-        with torch.no_grad():
-            logp = torch.log_softmax(model(probe).logits[0], dim=-1)
-        return float(torch.stack([-logp[s - 1, 40] for s in slots]).mean())
-
-    assert surprise(0.5) < 1.0 < 4.0 < surprise(0.0)
+def test_the_sink_prefix_once_gives_the_logits_and_gradients_of_a_full_forward() -> None:
+    """fit() runs the shared sink prefix once and repeats its KV cache over the rows: the
+    logits and every weight's gradient match running [sinks, tokens] on each row."""
+    model = _model()
+    sinks = torch.tensor([[1, 2, 3, 7, 8]])  # [1, S]
+    tokens = torch.randint(3, 61, (3, 11), generator=torch.Generator().manual_seed(2))  # [B, T]
+    S, B = sinks.shape[1], tokens.shape[0]
+    full = model(torch.cat([sinks.expand(B, S), tokens], dim=1)).logits[:, S - 1 : -1]
+    full.sum().backward()
+    want = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    shared = _forward_after_sinks(model, sinks, tokens, arg)
+    shared.sum().backward()
+    torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[name], atol=1e-5, rtol=1e-5)
