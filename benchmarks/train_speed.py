@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import json
 import os
 import random
@@ -37,27 +36,23 @@ from logstream.model import PRESETS, build_model
 from logstream.normalize import Normalizer
 from logstream.patterns import mine, pattern_prompt
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
-from logstream.train import (
-    TrainConfig,
-    fit,
-    heldout_split,
-    length_batches,
-    make_examples,
-    plan_window,
-    sink_budget,
-)
+from logstream.train import TrainConfig, fit, heldout_split, make_examples, plan_window, sink_budget
 
 DATA = Path("../shared/data/hdfs/train_sessions.jsonl")
 LEVERS = {"eager": {}, "compile": {"compile": True}, "bf16_autocast": {"autocast": torch.bfloat16}}
 
 
-def batch_shapes(lengths: list[int], config: TrainConfig, steps: int) -> list[tuple[int, int, int]]:
-    """(rows, T, log tokens) of each of fit()'s first `steps` batches: its sampling, replayed."""
-    batches = length_batches(lengths, config.batch_size, random.Random(config.seed))
-    return [
-        (len(b), max(lengths[i] for i in b), sum(lengths[i] for i in b))
-        for b in itertools.islice(batches, steps)
-    ]
+def batch_shapes(
+    n_examples: int, lengths: list[int], config: TrainConfig, steps: int
+) -> list[tuple[int, int]]:
+    """(rows, T) of each of fit()'s first `steps` batches: its sampling, replayed."""
+    rng, order, shapes = random.Random(config.seed), [], []
+    for _ in range(steps):
+        if len(order) < config.batch_size:
+            order += rng.sample(range(n_examples), n_examples)
+        batch = [lengths[order.pop()] for _ in range(min(config.batch_size, n_examples))]
+        shapes.append((len(batch), max(batch)))
+    return shapes
 
 
 def main() -> None:
@@ -88,14 +83,16 @@ def main() -> None:
     examples = make_examples(streams, tokenizer, normalizer, window)
 
     S, cfg = len(sink_ids), model.config
-    shapes = batch_shapes([len(ids) for ids, _ in examples], config, args.steps)
-    log_tokens = sum(tokens for _, _, tokens in shapes)  # what the loss is on
-    processed = sum(S + rows * T for rows, T, _ in shapes)  # the sink prefix runs once per batch
+    shapes = batch_shapes(len(examples), [len(ids) for ids, _ in examples], config, args.steps)
+    log_tokens = sum(  # the loss's tokens: replayed batches' real lengths are not kept, so estimate
+        rows * (sum(len(ids) for ids, _ in examples) / len(examples)) for rows, _ in shapes
+    )
+    processed = sum(S + rows * T for rows, T in shapes)  # the sink prefix runs once per batch
     matmul = engine_flops_per_token(cfg, 0, 0)  # 2 x MACs per token
     per_key = engine_flops_per_token(cfg, 0, 1) - matmul  # 4 x layers x H x D
     flops = 3 * sum(
         matmul * (S + rows * T) + per_key * (S * (S + 1) / 2 + rows * (T * S + T * (T + 1) / 2))
-        for rows, T, _ in shapes
+        for rows, T in shapes
     )
 
     best: dict[str, float] = {}

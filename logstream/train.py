@@ -24,7 +24,7 @@ import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,6 @@ from logstream.scoring import (
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 
 MIN_WINDOW = 64
-LENGTH_POOL = 50  # batches sorted by length together (length_batches)
 AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
 MIN_HELDOUT_LINES = 300  # small baselines hold out more (up to 30%), so the tail fit has data
 WINDOWS_PER_BASELINE = 64  # the window shrinks until the baseline holds this many of them
@@ -164,25 +163,6 @@ def make_examples(
     return examples
 
 
-def length_batches(lengths: list[int], batch_size: int, rng: random.Random) -> Iterator[list[int]]:
-    """Example indices in batches, epoch after epoch (the caller takes as many as it steps).
-
-    Each epoch is shuffled, sorted by length within pools of `LENGTH_POOL` batches and cut
-    into batches, which are shuffled again: a batch's rows have similar lengths, so little
-    of it is padding (HDFS sessions run from a few to 2,048 tokens), while batches still
-    come in random order and every example once per epoch.
-    """
-    pool = LENGTH_POOL * batch_size
-    while True:
-        order = rng.sample(range(len(lengths)), len(lengths))
-        epoch: list[list[int]] = []
-        for start in range(0, len(order), pool):
-            ranked = sorted(order[start : start + pool], key=lengths.__getitem__)
-            epoch += [ranked[k : k + batch_size] for k in range(0, len(ranked), batch_size)]
-        rng.shuffle(epoch)
-        yield from epoch
-
-
 def robust_token_weights(
     token_loss: torch.Tensor, line_ids: torch.Tensor, mask: torch.Tensor, share: float
 ) -> torch.Tensor:
@@ -236,12 +216,14 @@ def fit(
     )
     sinks = torch.tensor([sink_ids])  # [1, S]: the same prefix on every row, computed once
     cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-    batches = length_batches([len(ids) for ids, _ in examples], config.batch_size, rng)
+    order: list[int] = []
     smoothed = float("nan")
     model.train()
     forward = torch.compile(model, dynamic=True) if compile else model
     for step in range(steps):
-        batch = [examples[i] for i in next(batches)]
+        if len(order) < config.batch_size:
+            order += rng.sample(range(len(examples)), len(examples))
+        batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
         B, T = len(batch), max(len(ids) for ids, _ in batch)
         tokens = torch.zeros(B, T, dtype=torch.long)
         line_ids = torch.zeros(B, T, dtype=torch.long)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-import itertools
-import random
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.train import TrainConfig, _forward_after_sinks, fit, length_batches
+from logstream.train import TrainConfig, _forward_after_sinks, fit
 
 
 def _model() -> LlamaForCausalLM:
@@ -73,21 +71,3 @@ def test_the_sink_prefix_once_gives_the_logits_and_gradients_of_a_full_forward()
     torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-5)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[name], atol=1e-5, rtol=1e-5)
-
-
-def test_length_batches_cover_each_example_once_per_epoch_with_little_padding() -> None:
-    """Batches of similar lengths: every example once per epoch, in batches of at most
-    batch_size, with a fraction of the padding that random batches carry."""
-    rng = random.Random(0)
-    lengths = [rng.randint(2, 2048) for _ in range(1000)]
-    batches = length_batches(lengths, 8, random.Random(1))
-    for _epoch in range(2):
-        epoch = list(itertools.islice(batches, 125))  # 1000 / 8
-        assert sorted(i for b in epoch for i in b) == list(range(1000))
-        assert all(1 <= len(b) <= 8 for b in epoch)
-    padded = sum(len(b) * max(lengths[i] for i in b) for b in epoch) - sum(lengths)
-    shuffled = rng.sample(range(1000), 1000)
-    random_padded = sum(8 * max(lengths[i] for i in shuffled[k : k + 8]) for k in range(0, 1000, 8)) - sum(
-        lengths
-    )
-    assert padded < 0.1 * random_padded
