@@ -280,7 +280,9 @@ class _Scorer:
     def __init__(self, detector: Detector, chunk: int, tally: Tally, tick: Callable[[int], None]) -> None:
         self.detector, self.chunk, self.tally, self.tick = detector, chunk, tally, tick
 
-    def lines(self, records: Iterable[LogRecord], first_index: int, labels: Sequence[int] | None) -> None:
+    def lines(
+        self, records: Iterable[LogRecord], first_index: int, labels: Sequence[int] | np.ndarray | None
+    ) -> None:
         streams: set[str] = set()
         i = first_index
         for batch in _batched(records, LINE_BATCH):
@@ -358,7 +360,7 @@ class ReplayInput:
     are in `items`."""
 
     items: list[Any]  # LogRecord or Session; empty when `source` reads them
-    labels: Sequence[int] | None
+    labels: Sequence[int] | np.ndarray | None  # 0/1 per item (lines format)
     stats: InputStats
     detector: Detector | None  # loaded from --model, else trained during the replay
     numbers: Sequence[int] = ()  # sessions: each one's 1-based line in the file
