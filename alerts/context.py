@@ -12,6 +12,10 @@ large, so an anomaly usually has its next lines; at a trickle it may have none.
 
 Memory is bounded: at most `max_streams` streams (least recently seen dropped
 first) and each kept line cut to `max_chars`.
+
+A replay has the whole file, so the lines after an anomaly always come: `follow`
+takes one line at a time and holds an anomaly until its stream's next `after`
+lines have passed (or `finish`), as `attach` over the whole file would.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class LineContext:
         self.max_streams = max_streams
         self.max_chars = max_chars
         self._recent: OrderedDict[str, deque[str]] = OrderedDict()
+        self._held: deque[tuple[Anomaly, list[str]]] = deque()  # `follow`: in order, with their lines after
+        self._open: dict[str, list[list[str]]] = {}  # stream -> lines after of its held anomalies, not full
 
     def attach(self, lines: Sequence[tuple[str, str]], flagged: Mapping[int, Anomaly]) -> list[Anomaly]:
         """`lines`: (stream, line) of a batch in order; `flagged`: batch index -> its anomaly.
@@ -72,6 +78,36 @@ class LineContext:
                 )
             self._remember(stream, line)
         return out
+
+    def follow(self, stream: str, line: str, anomaly: Anomaly | None) -> list[Anomaly]:
+        """The next line of a replay (and its anomaly, if any). Returns the anomalies, in order,
+        whose lines after are now complete; `finish` returns the rest."""
+        waiting = []
+        for after in self._open.pop(stream, ()):
+            after.append(self._cut(line))
+            if len(after) < self.after:
+                waiting.append(after)
+        if anomaly is not None:
+            before = tuple(self._recent.get(stream, ()))
+            self._held.append((dataclasses.replace(anomaly, context_before=before), []))
+            if self.after > 0:
+                waiting.append(self._held[-1][1])
+        if waiting:
+            self._open[stream] = waiting
+        self._remember(stream, line)
+        done = []
+        while self._held and len(self._held[0][1]) >= self.after:
+            done.append(self._release())
+        return done
+
+    def finish(self) -> list[Anomaly]:
+        """The anomalies still held by `follow` (their streams ended first)."""
+        self._open.clear()
+        return [self._release() for _ in range(len(self._held))]
+
+    def _release(self) -> Anomaly:
+        anomaly, after = self._held.popleft()
+        return dataclasses.replace(anomaly, context_after=tuple(after))
 
     def _remember(self, stream: str, line: str) -> None:
         if self.before <= 0:

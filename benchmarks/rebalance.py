@@ -225,7 +225,7 @@ class Replica:
     def restores(self) -> list[float]:
         out = []
         for line in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
-            if line.startswith("{") and "streams restored from the changelog" in line:
+            if line.startswith("{") and "changelog_streams_restored" in line:
                 out.append(json.loads(line)["seconds"])
         return out
 

@@ -104,7 +104,7 @@ def cached_parts(options: ReplayOptions, data: ReplayInput, cache: Path) -> list
     index = cache / "parts.json"
     if index.is_file():
         return [
-            Part(first, data.items[first : first + n], Detector.load(cache / f"part-{k}"), (lo, hi))
+            Part(first, n, Detector.load(cache / f"part-{k}"), (lo, hi))
             for k, (first, n, lo, hi) in enumerate(json.loads(index.read_text()))
         ]
     progress = ReplayProgress(phase=lambda description, total: print(f"  {description}", flush=True))
@@ -112,7 +112,7 @@ def cached_parts(options: ReplayOptions, data: ReplayInput, cache: Path) -> list
     for k, part in enumerate(parts):
         d = part.detector
         save_model_dir(cache / f"part-{k}", d.engine.model, d.tokenizer, d.meta)
-    index.write_text(json.dumps([[p.first, len(p.items), *p.trained_on] for p in parts]))
+    index.write_text(json.dumps([[p.first, p.count, *p.trained_on] for p in parts]))
     return parts
 
 
@@ -138,14 +138,11 @@ def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) 
         config = replace(ScoringConfig(), **changes)
         for part in parts:
             assert part.trained_on is not None
-            _, heldout = heldout_split(
-                to_streams(options, data, data.items[slice(*part.trained_on)]), TrainConfig()
-            )
+            _, heldout = heldout_split(to_streams(options, data, data.slice(*part.trained_on)), TrainConfig())
             calibrate(part.detector, heldout, config)
         report = score_parts(options, data, parts)
-        scores = np.array([u.score for u in report.units])
-        flagged = np.array([u.is_anomaly for u in report.units])
-        lab = labels[[u.index for u in report.units]]
+        scores, flagged = report.columns.scores(), report.columns.flagged() > 0
+        lab = labels[report.columns.numpy("index")]
         results[name] = evaluate(scores, flagged, lab)
         if name == "logstream":
             results[name]["caught"] = {

@@ -159,7 +159,7 @@ class KafkaSource:
         else:
             self.consumer.subscribe(topics=self.settings.topics, listener=self.listener)
         log.info(
-            "kafka consumer started",
+            "kafka_consumer_started",
             group=self.settings.group_id,
             topics=self.settings.topics or self.settings.topic_pattern,
         )
@@ -222,7 +222,8 @@ class KafkaSource:
         except KafkaError as exc:
             DEAD_LETTER_FAILURES.inc()
             log.error(
-                "dead-letter copy failed; the partition waits at this message and retries",
+                "dead_letter_copy_failed",  # the partition waits at this message and retries
+                retrying=True,
                 topic=tp.topic,
                 partition=tp.partition,
                 offset=message.offset,
@@ -271,7 +272,7 @@ class KafkaSource:
             await self.consumer.commit(owned)
         except (CommitFailedError, KafkaError) as exc:
             COMMITS.labels(outcome="failed").inc()
-            log.warning("offset commit failed; will retry", error=str(exc), partitions=len(owned))
+            log.warning("offset_commit_failed", retrying=True, error=str(exc), partitions=len(owned))
             return False
         COMMITS.labels(outcome="ok").inc()
         return True

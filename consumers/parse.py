@@ -221,7 +221,8 @@ class RejectLog:
         BAD_RECORDS.labels(kind=rejected.kind).inc()
         if self.counts[rejected.kind] == 1:
             log.warning(
-                "bad record skipped; further ones of this kind are only counted",
+                "bad_record_skipped",
+                further_ones_only_counted=True,
                 kind=rejected.kind,
                 detail=rejected.detail,
                 **context,

@@ -97,7 +97,7 @@ class Repartitioner:
             self.consumer.subscribe(pattern=kafka.topic_pattern)
         else:
             self.consumer.subscribe(topics=kafka.topics)
-        log.info("repartition stage started", to=self.topic, partitions=partitions)
+        log.info("repartition_started", to=self.topic, partitions=partitions)
         while not stop.is_set():
             fetched = await self.consumer.getmany(
                 timeout_ms=kafka.fetch_timeout_ms, max_records=kafka.max_poll_records
@@ -125,14 +125,14 @@ class Repartitioner:
                     )
             await asyncio.gather(*futures)
         except KafkaError as exc:
-            log.warning("repartition copy failed; the batch is fetched again", error=str(exc) or repr(exc))
+            log.warning("repartition_copy_failed", batch="fetched again", error=str(exc) or repr(exc))
             return False
         REPARTITIONED.inc(len(futures))
         offsets = {tp: messages[-1].offset + 1 for tp, messages in fetched.items()}
         try:
             await self.consumer.commit(offsets)
         except (CommitFailedError, KafkaError) as exc:  # a rebalance took them: re-read, re-sent
-            log.warning("repartition commit failed; its input is copied again", error=str(exc))
+            log.warning("repartition_commit_failed", input="copied again", error=str(exc))
         return True
 
     def _stream_key(self, message: ConsumerRecord, source: str) -> bytes | None:

@@ -103,9 +103,9 @@ class CandidateTrainer:
                 comment=f"scheduled candidate from {sum(len(s.lines) for s in streams)} unflagged lines",
             )  # fmt: skip
             CANDIDATES.labels(outcome="added").inc()
-            log.info("candidate added", version=version, parent=live.name, lines=trained.meta["new_lines"])
+            log.info("candidate_added", version=version, parent=live.name, lines=trained.meta["new_lines"])
         except Exception as exc:  # a failed candidate must never stop serving: count, log, go on
             CANDIDATES.labels(outcome="failed").inc()
-            log.error("candidate training failed", error=str(exc))
+            log.error("candidate_training_failed", error=str(exc))
         finally:
             shutil.rmtree(work, ignore_errors=True)

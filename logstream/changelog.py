@@ -212,8 +212,8 @@ class StreamBook:
         SPLIT_STREAMS.inc()
         if len(self._split) <= SPLIT_WARNINGS:
             log.warning(
-                "stream seen on more than one partition: its context is split between "
-                "consumers; key producers by stream, or set repartition.topic (docs/serve.md)",
+                "stream_split_across_partitions",
+                fix="key producers by stream, or set repartition.topic (docs/serve.md)",
                 stream=stream,
                 partitions=[before, now],
                 further_ones_only_counted=len(self._split) == SPLIT_WARNINGS,
@@ -319,7 +319,7 @@ class Changelog:
         except BaseException:
             await self.stop()
             raise
-        log.info("changelog ready", topic=self.topic, partitions=self.partitions)
+        log.info("changelog_ready", topic=self.topic, partitions=self.partitions)
 
     async def stop(self) -> None:
         await self._producer.stop()
@@ -350,7 +350,7 @@ class Changelog:
             await asyncio.gather(*futures)
         except KafkaError as exc:
             CHANGELOG_WRITES.labels(outcome="failed").inc()
-            log.warning("changelog write failed; offsets stay uncommitted", error=str(exc) or repr(exc))
+            log.warning("changelog_write_failed", offsets="uncommitted", error=str(exc) or repr(exc))
             return False
         CHANGELOG_WRITES.labels(outcome="ok").inc(len(futures))
         return True
@@ -389,6 +389,6 @@ class Changelog:
             if state.source in sources:
                 states.append(state)
         if bad:
-            log.warning("changelog records skipped: they do not decode", count=bad, topic=self.topic)
+            log.warning("changelog_records_undecodable", count=bad, topic=self.topic)
         states.sort(key=lambda s: s.seen)
         return states

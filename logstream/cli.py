@@ -403,8 +403,8 @@ def replay_command(
     ] = False,
 ) -> None:
     """Backtest: stream a file through the detector as if live, then show the anomalies by template."""
-    from logstream.groups import anomaly_groups, group_by_template, mark_new_words
-    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay
+    from logstream.groups import anomaly_groups, mark_new_words
+    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay, unit_texts
 
     if deliver and alerts is None:
         raise fail("--deliver needs --alerts FILE")
@@ -420,7 +420,7 @@ def replay_command(
             preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate,
             stream_key=stream_key,
         ),
-        false_alarm_rate=false_alarm_rate, threshold=threshold,
+        false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
     )  # fmt: skip
     data = load_replay_input(options)
     with _progress() as progress:
@@ -435,10 +435,10 @@ def replay_command(
             progress.update(task[-1], advance=n, info=info)
 
         report = run_replay(options, data, ReplayProgress(phase, advance))
-    if report.unit == "line":  # a session unit holds only its worst line: no history to compare
-        mark_new_words(report.units)
-    patterns = group_by_template(report.units)
+    patterns = report.patterns
     groups = anomaly_groups(patterns)
+    if report.unit == "line":  # a session unit holds only its worst line: no history to compare
+        mark_new_words((u for g in groups for u in (g.worst, *g.examples)), unit_texts(data, report.columns))
     human = _console(stderr=json_output)  # with --json, stdout holds only the JSON line
     print_report(report, groups, human)
     if routes is not None:
@@ -448,7 +448,8 @@ def replay_command(
     if report_path is not None:
         from logstream.report import write_report
 
-        write_report(report, patterns, summary, report_path, title=f"logstream replay of {input.name}")
+        texts = unit_texts(data, report.columns)
+        write_report(report, summary, texts, report_path, title=f"logstream replay of {input.name}")
         err.print(f"report: {report_path}", highlight=False)
     if json_output:
         sys.stdout.write(json.dumps(summary) + "\n")
@@ -460,34 +461,19 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
     """Route the replay's anomalies and print one line per notification.
 
     The anomalies are the detector's own (`Detector.anomaly`, as serve and tail hand them
-    off). Grouping runs on the log's own time where a line starts with a timestamp (a line
-    without one takes the latest time seen before it; a log without any is replayed as if
-    all of it arrived now). In lines format each alert carries the stream's lines around it
-    (the whole file is at hand, so the lines after it too)."""
-    import dataclasses
-    import time
-
-    from logstream.alerts.context import LineContext
+    off), collected as they were scored (`ReplayOptions.alerts`). Grouping runs on the log's
+    own time where a line starts with a timestamp (a line without one takes the latest time
+    seen before it; a log without any is replayed as if all of it arrived now). In lines
+    format each alert carries the stream's lines around it (the whole file is at hand, so
+    the lines after it too)."""
     from logstream.alerts.pipeline import format_alert, run_replay_alerts
-    from logstream.records import Anomaly
 
-    lines = report.unit == "line"
-    units = sorted(report.units, key=lambda u: u.line) if lines else report.units
-    now = time.time()
-    latest: float | None = None
-    flagged: dict[int, Anomaly] = {}
-    for i, u in enumerate(units):
-        latest = u.event_time if u.event_time is not None else latest
-        if u.anomaly is not None:
-            flagged[i] = dataclasses.replace(u.anomaly, detected_at=latest if latest is not None else now)
-    around = LineContext().attach([(u.stream, u.text) for u in units], flagged) if lines else None
-    anomalies = around if around is not None else list(flagged.values())
-    sent, pending = run_replay_alerts(anomalies, routes, deliver=deliver)
+    sent, pending = run_replay_alerts(report.anomalies, routes, deliver=deliver)
     for alert in sent:
         sys.stdout.write(format_alert(alert, routes) + "\n")
     verb = "sent" if deliver else "would send (dry run; --deliver sends)"
     left = f", {pending} still pending in the outbox" if pending else ""
-    summary = f"alerts: {len(anomalies)} anomalies -> {len(sent)} notifications {verb}{left}"
+    summary = f"alerts: {len(report.anomalies)} anomalies -> {len(sent)} notifications {verb}{left}"
     err.print(summary, highlight=False, markup=False)
 
 

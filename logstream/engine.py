@@ -8,7 +8,9 @@ of L slots per layer (StreamingLLM) and many streams run in one batch:
                   -> logits [B, T, V] -> NLL of each next token = logsumexp - logit[target]
 
 `device_step` is that forward as a pure tensor function (compilable, capturable in a CUDA
-graph); `_step` wraps it with the host bookkeeping (batching chunks, heads, fills).
+graph); `_step` wraps it with the host bookkeeping (batching chunks, heads, fills). The
+public `step_fn` swaps what `_step` calls for the forward (`torch.compile(engine.device_step)`,
+or a wrapper that counts or times it) without touching the engine's insides.
 
 Cache layout (per layer, keys before RoPE; see kernels/reference.py):
     sink_k, sink_v  [Hkv, S, D]      the pattern prompt, shared by all streams
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +36,8 @@ import torch.nn.functional as F
 from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
 from logstream.kernels.flash_cpu import window_bias
 from logstream.kernels.reference import apply_rope, rope_tables
+
+StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngine.device_step`'s signature
 
 
 @dataclass
@@ -118,6 +123,9 @@ class StreamingEngine:
         self.offload = offload
         self.offloaded: OrderedDict[str, tuple[StreamState, list[torch.Tensor]]] = OrderedDict()
         self.free_slots = list(range(max_streams - 1, -1, -1))
+        # the device forward each step runs: None is `device_step`; set a callable with its
+        # signature that calls it (compiled, counted, timed) to change how, not what, it computes
+        self.step_fn: StepFn | None = None
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -265,7 +273,7 @@ class StreamingEngine:
         previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
         ring_len = self.ring_len(states)
         fill_all = min(s.fill for s in states) >= ring_len
-        nll, last = self.device_step(
+        nll, last = (self.step_fn or self.device_step)(
             tokens.to(self.device), previous, *cache.to(self.device), ring_len, fill_all
         )
         for b, state in enumerate(states):

@@ -1,23 +1,31 @@
-"""A replay's lines grouped by template: the anomaly table and the pattern view.
+"""A replay's lines grouped by template: the anomaly table and the pattern view, in bounded memory.
 
 The detector mines templates online (Drain), so the first line of a new kind opens a
 template with its exact text and the next one generalizes it (`ntpd ... synchronized to
 <*>`): the same kind of line carries different template texts over time. Grouping re-mines
 the distinct templates seen during the replay once more, so each group is one final
 template; ten `synchronized to` lines from ten hosts are one row, with a count.
+
+A replay may be longer than memory, so a group keeps no list of its items: `Grouper` adds
+items as they are scored into one `Group` per template text seen (counts, first and last
+line, streams, the worst item and the first EXAMPLES), and `groups()` merges them into the
+final templates at the end. Memory grows with the templates and streams, not the lines.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from logstream.normalize import DEFAULT_RULES
 from logstream.patterns import PatternMiner
-from logstream.replay import Unit
 
+if TYPE_CHECKING:
+    from logstream.replay import Unit
+
+EXAMPLES = 2  # items kept per group besides the worst, the first in file order (the report shows them)
 _WORDS = re.compile(r"\w+(?:[.-]\w+)*")  # as logstream.explain names words
 _TIMESTAMP = re.compile(next(r.pattern for r in DEFAULT_RULES if r.name == "timestamp"))
 
@@ -30,39 +38,66 @@ def log_time(line: str) -> str | None:
 
 @dataclass
 class Group:
-    """Items of one template, in file order."""
+    """Items of one template, summarized: add them in file order (`add`), or `merge` two groups."""
 
     template: str
-    units: list[Unit] = field(default_factory=list)
+    worst: Unit  # the highest score; the first such in file order
+    count: int = 1
+    first: int = 0  # 1-based line of the first item in the file
+    last: int = 0
+    first_time: str | None = None  # the first item's own timestamp, as written
+    novel: bool = False  # some line of the group opened a template the model had never seen
+    stream_set: set[str] = field(default_factory=set)
+    examples: list[Unit] = field(default_factory=list)  # the first EXAMPLES items, in file order
+    anomalies: Group | None = None  # its items over the threshold (a pattern's; None: none)
 
-    @property
-    def count(self) -> int:
-        return len(self.units)
+    @classmethod
+    def of(cls, template: str, u: Unit) -> Group:
+        """A group of one item."""
+        return cls(
+            template, u, first=u.line, last=u.line, first_time=log_time(u.text), novel=u.novel,
+            stream_set={u.stream}, examples=[u],
+        )  # fmt: skip
 
-    @property
-    def first(self) -> int:
-        return self.units[0].line
+    def add(self, u: Unit) -> None:
+        """One more item, later in the file than those added before."""
+        self.count += 1
+        self.last = u.line
+        self.novel |= u.novel
+        self.stream_set.add(u.stream)
+        if u.score > self.worst.score:
+            self.worst = u
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(u)
 
-    @property
-    def last(self) -> int:
-        return self.units[-1].line
+    def merge(self, other: Group) -> None:
+        """Take in another group's items (the template stays this one's)."""
+        if other.first < self.first:
+            self.first, self.first_time = other.first, other.first_time
+        self.count += other.count
+        self.last = max(self.last, other.last)
+        self.novel |= other.novel
+        self.stream_set |= other.stream_set
+        if (other.worst.score, -other.worst.line) > (self.worst.score, -self.worst.line):
+            self.worst = other.worst
+        self.examples = sorted(self.examples + other.examples, key=lambda u: u.line)[:EXAMPLES]
+        if other.anomalies is not None:
+            if self.anomalies is None:
+                self.anomalies = other.anomalies.renamed(self.template)
+            else:
+                self.anomalies.merge(other.anomalies)
 
-    @property
-    def worst(self) -> Unit:
-        return max(self.units, key=lambda u: u.score)
-
-    @property
-    def novel(self) -> bool:
-        """Some line of the group opened a template the model had never seen."""
-        return any(u.novel for u in self.units)
+    def renamed(self, template: str) -> Group:
+        """A copy under another template, to merge into without changing this one."""
+        anomalies = self.anomalies.renamed(template) if self.anomalies is not None else None
+        return replace(
+            self, template=template, stream_set=set(self.stream_set), examples=list(self.examples),
+            anomalies=anomalies,
+        )  # fmt: skip
 
     @property
     def streams(self) -> list[str]:
-        return sorted({u.stream for u in self.units})
-
-    @property
-    def first_time(self) -> str | None:
-        return log_time(self.units[0].text)
+        return sorted(self.stream_set)
 
     def to_json(self) -> dict[str, Any]:
         worst = self.worst
@@ -74,6 +109,46 @@ class Group:
             "example": worst.text,
             "explanation": worst.explanation.to_json() if worst.explanation else None,
         }  # fmt: skip
+
+
+class Grouper:
+    """Groups units as they are scored (in file order); `groups()` gives the final patterns."""
+
+    def __init__(self) -> None:
+        self.by_text: dict[str, Group] = {}  # template text as mined -> its items so far
+
+    def add(self, u: Unit) -> None:
+        key = u.template if u.template is not None else u.text
+        group = self.by_text.get(key)
+        if group is None:
+            group = self.by_text[key] = Group.of(key, u)
+        else:
+            group.add(u)
+        if u.is_anomaly:
+            if group.anomalies is None:
+                group.anomalies = Group.of(key, u)
+            else:
+                group.anomalies.add(u)
+
+    def units(self) -> Iterable[Unit]:
+        """Every unit kept (the worst and the first few of each group): a bounded number."""
+        for g in self.by_text.values():
+            for group in (g, g.anomalies):
+                if group is not None:
+                    yield group.worst
+                    yield from group.examples
+
+    def groups(self) -> list[Group]:
+        """One group per final template (`final_templates`), by first line."""
+        final = final_templates(self.by_text)
+        merged: dict[str, Group] = {}
+        for text, group in self.by_text.items():
+            template = final[text]
+            if template in merged:
+                merged[template].merge(group)
+            else:
+                merged[template] = group.renamed(template)
+        return sorted(merged.values(), key=lambda g: g.first)
 
 
 def final_templates(templates: Iterable[str]) -> dict[str, str]:
@@ -90,19 +165,29 @@ def final_templates(templates: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def mark_new_words(units: list[Unit]) -> None:
+def mark_new_words(units: Iterable[Unit], lines: Iterable[tuple[int, str, str]]) -> None:
     """Set `Unit.new_words`: the explained words of a line that no earlier line of its stream in
     this replay contains as a word. That is all it claims: the model's training data and lines
-    before the file are not searched."""
+    before the file are not searched.
+
+    `lines`: (line number, stream, text) of every scored line, in file order (read again: only
+    the words asked about are remembered)."""
+    asked = {u.line: (u, u.explanation) for u in units if u.explanation is not None}
+    wanted: dict[str, set[str]] = {}  # stream -> the words asked about in it
+    for u, explanation in asked.values():
+        wanted.setdefault(u.stream, set()).update(w.text for w in explanation.words)
     seen: dict[str, set[str]] = {}
-    for u in sorted(units, key=lambda u: u.line):
-        words = set(_WORDS.findall(u.text))
-        history = seen.setdefault(u.stream, set())
-        if u.explanation is not None:
+    for line, stream, text in lines:
+        if stream not in wanted:
+            continue
+        words = set(_WORDS.findall(text))
+        history = seen.setdefault(stream, set())
+        if line in asked:
+            u, explanation = asked[line]
             u.new_words = tuple(
-                w.text for w in u.explanation.words if w.text in words and w.text not in history
+                w.text for w in explanation.words if w.text in words and w.text not in history
             )
-        history |= words
+        history |= words & wanted[stream]
 
 
 def why(u: Unit) -> str:
@@ -114,21 +199,14 @@ def why(u: Unit) -> str:
 
 
 def group_by_template(units: Iterable[Unit]) -> list[Group]:
-    """Units grouped by final template, each group in file order; groups by first line."""
-    ordered = sorted(units, key=lambda u: u.line)
-    final = final_templates(_key(u) for u in ordered)
-    groups: dict[str, Group] = {}
-    for u in ordered:
-        template = final[_key(u)]
-        groups.setdefault(template, Group(template)).units.append(u)
-    return list(groups.values())
+    """Units (in any order) grouped by final template; groups by first line."""
+    grouper = Grouper()
+    for u in sorted(units, key=lambda u: u.line):
+        grouper.add(u)
+    return grouper.groups()
 
 
 def anomaly_groups(patterns: list[Group]) -> list[Group]:
-    """The anomalies of each pattern (`group_by_template` of all units), worst score first."""
-    groups = [Group(g.template, [u for u in g.units if u.is_anomaly]) for g in patterns]
-    return sorted((g for g in groups if g.units), key=lambda g: (-g.worst.score, g.first))
-
-
-def _key(u: Unit) -> str:
-    return u.template if u.template is not None else u.text
+    """The anomalies of each pattern (`Grouper.groups`), worst score first."""
+    groups = [g.anomalies for g in patterns if g.anomalies is not None]
+    return sorted(groups, key=lambda g: (-g.worst.score, g.first))

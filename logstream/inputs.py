@@ -49,6 +49,13 @@ class InputStats(RejectLog):
         return self.bad
 
 
+class Reread(InputStats):
+    """For a file read again after its bad input was counted: nothing is counted or logged twice."""
+
+    def add(self, rejected: Rejected, **context: Any) -> None:
+        pass
+
+
 def line_parser(
     stream_key: str | None = None, max_message_bytes: int = InputSettings().max_message_bytes
 ) -> RecordParser:

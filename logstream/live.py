@@ -163,7 +163,7 @@ def _read(source: Iterator[LogRecord], records: queue.Queue[LogRecord | _End], s
             if stop.is_set():
                 return
     except OSError as exc:  # a file that vanished or cannot be read: this input ends, others go on
-        log.error("input failed", error=str(exc))
+        log.error("input_failed", error=str(exc))
     finally:
         while not _put(records, _End()) and not stop.is_set():
             pass  # the queue is full: the end must not be lost (the run waits for it)

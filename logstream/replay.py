@@ -12,6 +12,12 @@ then scores:
 
 Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
 share one threshold; the report lists each chunk's model and its raw-score threshold.
+
+Memory does not grow with the input: the file is read again for each pass (a training
+chunk, the scoring, the report's texts) instead of held, and each scored unit goes to
+`--out` and into bounded summaries (`Tally`: numeric columns for the metrics, groups per
+template with their worst and first examples) as it is made. Only `--alerts` keeps one
+object per anomaly (the alerts are routed after the scoring).
 """
 
 from __future__ import annotations
@@ -19,18 +25,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
+from logstream.alerts.context import LineContext
 from logstream.detector import Detector, ScoredLine
 from logstream.explain import Explanation
+from logstream.groups import Group, Grouper
 from logstream.inputs import (
     InputError,
     InputStats,
+    Reread,
     Session,
     check_file,
     compile_stream_key,
@@ -49,6 +61,8 @@ TRAIN_FRACTION = 0.5
 MIN_FIRST_CHUNK = 1000
 LINE_BATCH = 1024  # lines per detector call (lines format)
 SESSION_BATCH = 64  # sessions per detector call (sessions format)
+END_OF_SESSION = "<end of stream>"  # a session unit's text when its end scored worst (Detector.close)
+T = TypeVar("T")
 
 
 @dataclass
@@ -63,14 +77,15 @@ class ReplayOptions:
     train_config: TrainConfig = field(default_factory=TrainConfig)
     false_alarm_rate: float | None = None  # None: the model's own
     threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
+    alerts: bool = False  # keep the anomalies, as serve hands them off (`ReplayReport.anomalies`)
 
 
 @dataclass(slots=True)
 class Unit:
     """What is scored and evaluated: a line (lines format) or a session (sessions format).
 
-    One is kept per scored item, so it holds no per-line extras (slots, no dict; the top
-    tokens and explanation live in `anomaly`/`explanation`, set for anomalies only)."""
+    Made per scored item and dropped once counted (`Tally`); only a bounded number is kept
+    (the examples of `groups.Grouper`)."""
 
     stream: str
     text: str  # the line, or the session's most surprising line
@@ -89,6 +104,7 @@ class Unit:
     new_words: tuple[str, ...] = ()  # explained words no earlier line of its stream had (`groups`)
     event_time: float | None = None  # the log's own time at the start of the line, if it has one
     anomaly: Anomaly | None = None  # what serve would hand to the alerts (Detector.anomaly)
+    at: int = 0  # sessions: which of the session's lines `text` is (-1: the session's end)
 
     @property
     def is_anomaly(self) -> bool:
@@ -113,9 +129,52 @@ class ChunkModel:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
+class Columns:
+    """Per scored item, the numbers the metrics and the timeline need, in compact arrays: 41
+    bytes an item and no text (1.1 KB a line before), so 200k lines keep 8 MB here. Scores
+    stay float64 so that the metrics are those of the scores themselves."""
+
+    def __init__(self) -> None:
+        self.score, self.threshold = array("d"), array("d")
+        self.label = array("b")  # -1: no label
+        self.index, self.line = array("q"), array("q")
+        self.stream = array("i")  # number in `streams`
+        self.at = array("i")  # Unit.at
+        self.streams: dict[str, int] = {}  # stream name -> number, in order of first item
+
+    def add(self, u: Unit) -> None:
+        self.score.append(u.score)
+        self.threshold.append(u.threshold)
+        self.label.append(-1 if u.label is None else u.label)
+        self.index.append(u.index)
+        self.line.append(u.line)
+        self.stream.append(self.streams.setdefault(u.stream, len(self.streams)))
+        self.at.append(u.at)
+
+    def __len__(self) -> int:
+        return len(self.score)
+
+    def numpy(self, name: str) -> np.ndarray:
+        """A column as a numpy array (a copy: the array stays appendable)."""
+        return np.array(getattr(self, name))
+
+    def scores(self) -> np.ndarray:
+        return self.numpy("score")
+
+    def flagged(self) -> np.ndarray:
+        """score - threshold: > 0 is an anomaly."""
+        return self.numpy("score") - self.numpy("threshold")
+
+    def labels(self) -> np.ndarray | None:
+        """The items' labels, or None unless every item has one."""
+        y = self.numpy("label").astype(np.int64)
+        return y if len(y) and bool((y >= 0).all()) else None
+
+
 @dataclass
 class ReplayReport:
-    units: list[Unit]
+    columns: Columns  # every scored item's numbers
+    patterns: list[Group]  # every item grouped by template (`groups.Grouper`)
     lines: int
     streams: int
     threshold: float
@@ -124,15 +183,16 @@ class ReplayReport:
     bad_input: dict[str, int]
     unit: str  # "line" | "session"
     chunks: list[ChunkModel] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)  # with ReplayOptions.alerts, in order
 
     def summary(self) -> dict[str, Any]:
-        scores = np.array([u.score for u in self.units])
+        scores, flagged = self.columns.scores(), self.columns.flagged()
         out: dict[str, Any] = {
             "lines": self.lines,
             "streams": self.streams,
             "unit": self.unit,
-            "scored": len(self.units),
-            "anomalies": sum(u.is_anomaly for u in self.units),
+            "scored": len(self.columns),
+            "anomalies": int((flagged > 0).sum()),
             "threshold": round(self.threshold, 4),
             "score_unit": "-log10 p",
             "false_alarms_per_1000": None,
@@ -141,10 +201,8 @@ class ReplayReport:
             "peak_cache_bytes": self.peak_cache_bytes,
             "bad_input": self.bad_input,
         }
-        labels = [u.label for u in self.units]
-        if labels and all(label is not None for label in labels):
-            y = np.array(labels)
-            flagged = np.array([u.score - u.threshold for u in self.units])  # > 0 = flagged
+        y = self.columns.labels()
+        if y is not None:
             precision, recall, f1 = precision_recall_f1(flagged, y, 0.0)
             negatives = int((y == 0).sum())
             out["false_alarms_per_1000"] = (
@@ -159,41 +217,101 @@ class ReplayReport:
         return out
 
 
-def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+class Tally:
+    """Takes each scored unit as it is made and keeps only bounded summaries: the numbers
+    (`Columns`), the groups (`Grouper`), the stream names; writes the `--out` row; with
+    `alerts`, the anomalies with the lines around them (`LineContext.follow`)."""
+
+    def __init__(self, out: IO[str] | None, alerts: bool, lines: bool) -> None:
+        self.columns, self.grouper, self.out = Columns(), Grouper(), out
+        self.alerts, self.lines = alerts, lines
+        self.context = LineContext()
+        self.anomalies: list[Anomaly] = []
+        self.latest: float | None = None  # the log's latest time so far
+        self.now = time.time()  # the time of a log without any
+        self.stream_names: set[str] = set()
+        self.scored_lines = 0
+
+    def add(self, u: Unit) -> None:
+        self.columns.add(u)
+        self.grouper.add(u)
+        if self.out is not None:
+            self.out.write(json.dumps(_row(u)) + "\n")
+        if self.alerts:
+            self._alert(u)
+
+    def _alert(self, u: Unit) -> None:
+        """As serve would hand it off; detected at the log's own time where the line (or one
+        before it) has one, and with the stream's lines around it (the file has those after)."""
+        self.latest = u.event_time if u.event_time is not None else self.latest
+        anomaly = u.anomaly
+        if anomaly is not None:
+            detected = self.latest if self.latest is not None else self.now
+            anomaly = dataclasses.replace(anomaly, detected_at=detected)
+        if self.lines:
+            self.anomalies += self.context.follow(u.stream, u.text, anomaly)
+        elif anomaly is not None:
+            self.anomalies.append(anomaly)
+
+    def finish(self) -> None:
+        if self.alerts and self.lines:
+            self.anomalies += self.context.finish()
+
+
+def _row(u: Unit) -> dict[str, Any]:
+    """The `--out` row: `line` is 1-based in the input file, `index` the 0-based item."""
+    return {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
+            "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
+            "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk,
+            "label": u.label, "template": u.template, "text": u.text,
+            "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
+
+
+def _batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
 
 
 class _Scorer:
-    """Drives one chunk's detector over records or sessions, as serve drives it."""
+    """Drives one chunk's detector over records or sessions, as serve drives it; hands each
+    unit to the tally as it is made and keeps none."""
 
-    def __init__(self, detector: Detector, chunk: int, tick: Callable[[int], None]) -> None:
-        self.detector, self.chunk, self.tick = detector, chunk, tick
+    def __init__(self, detector: Detector, chunk: int, tally: Tally, tick: Callable[[int], None]) -> None:
+        self.detector, self.chunk, self.tally, self.tick = detector, chunk, tally, tick
 
-    def lines(self, records: list[LogRecord], first_index: int, labels: list[int] | None) -> list[Unit]:
-        units = []
-        for start in range(0, len(records), LINE_BATCH):
-            batch = records[start : start + LINE_BATCH]
-            for j, scored in enumerate(self.detector.score(batch)):
-                i = first_index + start + j
+    def lines(
+        self, records: Iterable[LogRecord], first_index: int, labels: Sequence[int] | np.ndarray | None
+    ) -> None:
+        streams: set[str] = set()
+        i = first_index
+        for batch in _batched(records, LINE_BATCH):
+            for scored in self.detector.score(batch):
                 line = scored.record.offset + 1 if scored.record.offset is not None else i + 1
-                units.append(self._unit(scored, scored, labels[i] if labels else None, i, line))
+                label = int(labels[i]) if labels is not None else None
+                self.tally.add(self._unit(scored, scored, label, i, line))
+                i += 1
+            streams.update(r.stream for r in batch)
+            self.tally.scored_lines += len(batch)
             self.tick(len(batch))
-        for stream in {r.stream for r in records}:
+        for stream in streams:
             self.detector.close(stream)
-        return units
+        self.tally.stream_names |= streams
 
-    def sessions(self, sessions: list[Session], first_index: int, numbers: list[int]) -> list[Unit]:
-        units = []
-        for offset, batch in enumerate(_batches(sessions, SESSION_BATCH)):
+    def sessions(self, sessions: Iterable[Session], first_index: int, numbers: Sequence[int]) -> None:
+        index = first_index
+        for batch in _batched(sessions, SESSION_BATCH):
             scored = self.detector.score_streams(streams_from_sessions(batch))
-            for j, (session, result) in enumerate(zip(batch, scored, strict=True)):
-                index = first_index + offset * SESSION_BATCH + j
+            for session, result in zip(batch, scored, strict=True):
                 if result.worst is not None:  # the session alert: its worst line, the session's score
                     worst = dataclasses.replace(result.worst, score=result.score)
-                    units.append(self._unit(result.worst, worst, session.label, index, numbers[index]))
+                    unit = self._unit(result.worst, worst, session.label, index, numbers[index])
+                    unit.at = _line_at(session, result.worst)
+                    self.tally.add(unit)
+                index += 1
+            self.tally.stream_names.update(s.id for s in batch)
+            self.tally.scored_lines += sum(len(s.lines) for s in batch)
             self.tick(sum(len(s.lines) for s in batch))
-        return units
 
     def _unit(self, scored: ScoredLine, unit: ScoredLine, label: int | None, index: int, line: int) -> Unit:
         """`scored`: the line as scored; `unit`: the same carrying the unit's (session's) score."""
@@ -204,6 +322,12 @@ class _Scorer:
             chunk=self.chunk, line=line, template=scored.template, explanation=scored.explanation,
             event_time=scored.record.timestamp, anomaly=self.detector.anomaly(unit),
         )  # fmt: skip
+
+
+def _line_at(session: Session, worst: ScoredLine) -> int:
+    """Which of the session's lines is its worst (-1: its end), to read the text again later."""
+    line = worst.record.line
+    return session.lines.index(line) if worst.kind == "line" and line in session.lines else -1
 
 
 def chunk_bounds(n: int) -> list[int]:
@@ -229,17 +353,31 @@ class ReplayProgress:
 
 @dataclass
 class ReplayInput:
-    """The validated input: records (lines format, as serve's parser made them) or sessions."""
+    """The validated input: records (lines format, as serve's parser made them) or sessions.
 
-    items: list[Any]  # LogRecord or Session
-    labels: list[int] | None
+    A log file is not held in memory: `source` reads its records again for each pass (a
+    training chunk, the scoring, the report's texts). Sessions, and items made by a caller,
+    are in `items`."""
+
+    items: list[Any]  # LogRecord or Session; empty when `source` reads them
+    labels: Sequence[int] | np.ndarray | None  # 0/1 per item (lines format)
     stats: InputStats
     detector: Detector | None  # loaded from --model, else trained during the replay
-    numbers: list[int] = field(default_factory=list)  # sessions: each one's 1-based line in the file
+    numbers: Sequence[int] = ()  # sessions: each one's 1-based line in the file
+    source: Callable[[], Iterator[LogRecord]] | None = None  # the file's records, read again
+    count: int = 0  # items (with `source`: counted when the input was checked)
 
     def __post_init__(self) -> None:
+        self.count = self.count or len(self.items)
         if not self.numbers:  # items not read from a file: number them 1..n
-            self.numbers = list(range(1, len(self.items) + 1))
+            self.numbers = range(1, self.count + 1)
+
+    def read(self, start: int = 0) -> Iterator[Any]:
+        """The items from `start` on, in order."""
+        return islice(self.source() if self.source is not None else self.items, start, None)
+
+    def slice(self, start: int, stop: int) -> list[Any]:
+        return list(islice(self.read(start), stop - start))
 
 
 def load_replay_input(options: ReplayOptions) -> ReplayInput:
@@ -247,19 +385,27 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
     stats = InputStats()
     compile_stream_key(options.stream_key)  # a bad --stream-key fails before any work
     check_file(options.input)
-    numbers: list[int] = []
     detector = Detector.load(options.model, **_sensitivity(options)) if options.model is not None else None
     if options.format == "sessions":
-        items: list[Any] = read_sessions(options.input, stats, numbers)
-    else:
-        # without --stream-key, the streams the model was trained on (a forgotten key would put
-        # every line into one `default` stream)
-        saved = detector.meta.get("stream_key") if detector is not None else None
-        items = list(read_records(options.input, stats, line_parser(options.stream_key or saved)))
-        if not items:
-            raise InputError(f"{options.input}: no line to score ({stats.as_dict()} skipped)")
-    labels = read_labels(options.labels, len(items)) if options.labels and options.format == "lines" else None
-    return ReplayInput(items, labels, stats, detector, numbers)
+        numbers: list[int] = []
+        sessions = read_sessions(options.input, stats, numbers)
+        return ReplayInput(sessions, None, stats, detector, numbers)
+    # without --stream-key, the streams the model was trained on (a forgotten key would put
+    # every line into one `default` stream)
+    saved = detector.meta.get("stream_key") if detector is not None else None
+    parser = line_parser(options.stream_key or saved)
+    count = sum(1 for _ in read_records(options.input, stats, parser))  # and the bad input, once only
+    if not count:
+        raise InputError(f"{options.input}: no line to score ({stats.as_dict()} skipped)")
+    labels = np.array(read_labels(options.labels, count), dtype=np.int8) if options.labels else None
+    return ReplayInput(
+        [],
+        labels,
+        stats,
+        detector,
+        source=lambda: read_records(options.input, Reread(), parser),
+        count=count,
+    )
 
 
 def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
@@ -268,10 +414,11 @@ def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
 
 @dataclass
 class Part:
-    """Items scored by one model, and the items [start, stop) it was trained on (None: --model)."""
+    """Items [first, first + count) scored by one model, and the items [start, stop) it was
+    trained on (None: --model)."""
 
     first: int
-    items: list[Any]
+    count: int
     detector: Detector
     trained_on: tuple[int, int] | None = None
 
@@ -306,25 +453,25 @@ def train_parts(
 ) -> list[Part]:
     """The models of a replay: --model, or trained on the input (`first` or prequential `all`)."""
     progress = progress or ReplayProgress()
-    items = data.items
+    n_items = data.count
     if data.detector is not None:
-        return [Part(0, items, data.detector)]
+        return [Part(0, n_items, data.detector)]
     if options.auto_train == "first":
-        cut = int(len(items) * TRAIN_FRACTION)
-        baseline = to_streams(options, data, items[:cut])
+        cut = int(n_items * TRAIN_FRACTION)
+        baseline = to_streams(options, data, data.slice(0, cut))
         _, detector = _train_part(baseline, options, progress, f"on items 1-{cut}", None)
-        return [Part(cut, items[cut:], detector, (0, cut))]
-    bounds = chunk_bounds(len(items))
+        return [Part(cut, n_items - cut, detector, (0, cut))]
+    bounds = chunk_bounds(n_items)
     n = len(bounds) - 1
-    baseline = to_streams(options, data, items[bounds[1] : bounds[2]])
+    baseline = to_streams(options, data, data.slice(bounds[1], bounds[2]))
     _, detector = _train_part(baseline, options, progress, f"chunk 1/{n} (to score chunk 0)", None)
-    parts = [Part(0, items[: bounds[1]], detector, (bounds[1], bounds[2]))]
+    parts = [Part(0, bounds[1], detector, (bounds[1], bounds[2]))]
     trained = None
     for k in range(1, n):
-        baseline = to_streams(options, data, items[bounds[k - 1] : bounds[k]])
+        baseline = to_streams(options, data, data.slice(bounds[k - 1], bounds[k]))
         what = f"model {k}/{n - 1} on chunk {k - 1}" + (" (continued)" if trained else "")
         trained, detector = _train_part(baseline, options, progress, what, trained)
-        parts.append(Part(bounds[k], items[bounds[k] : bounds[k + 1]], detector, (bounds[k - 1], bounds[k])))
+        parts.append(Part(bounds[k], bounds[k + 1] - bounds[k], detector, (bounds[k - 1], bounds[k])))
     return parts
 
 
@@ -338,37 +485,50 @@ def run_replay(
 def score_parts(
     options: ReplayOptions, data: ReplayInput, parts: list[Part], progress: ReplayProgress | None = None
 ) -> ReplayReport:
-    """Stream each part through its detector, in order, and report."""
+    """Stream each part through its detector, in order, and report. Each unit is counted and
+    written to `--out` as it is scored, then dropped: memory does not grow with the lines."""
     progress = progress or ReplayProgress()
     started = time.perf_counter()
-    units: list[Unit] = []
-    peak = scored_lines = 0
-    stream_names: set[str] = set()
-    models: list[ChunkModel] = []
-    items = data.items
-    total = sum(len(s.lines) for s in items) if options.format == "sessions" else len(items)
+    sessions = options.format == "sessions"
+    total = sum(len(s.lines) for s in data.items) if sessions else data.count
     progress.phase("scoring lines", total)
-    for k, part in enumerate(parts):
-        scorer = _Scorer(part.detector, k, lambda n: progress.advance(n, ""))
-        if options.format == "sessions":
-            units += scorer.sessions(part.items, part.first, data.numbers)
-            stream_names.update(s.id for s in part.items)
-            scored_lines += sum(len(s.lines) for s in part.items)
-        else:
-            units += scorer.lines(part.items, part.first, data.labels)
-            stream_names.update(r.stream for r in part.items)
-            scored_lines += len(part.items)
-        peak = max(peak, part.detector.peak_cache_bytes)
-        models.append(_chunk_model(part.detector, part.first, len(part.items)))
-    seconds = time.perf_counter() - started
-    report = ReplayReport(
-        units=units, lines=scored_lines, streams=len(stream_names), threshold=parts[-1].detector.threshold,
-        seconds=seconds, peak_cache_bytes=peak, bad_input=data.stats.as_dict(),
-        unit="session" if options.format == "sessions" else "line", chunks=models,
+    with ExitStack() as stack:
+        out = stack.enter_context(options.out.open("w", encoding="utf-8")) if options.out else None
+        tally = Tally(out, options.alerts, lines=not sessions)
+        for k, part in enumerate(parts):
+            scorer = _Scorer(part.detector, k, tally, lambda n: progress.advance(n, ""))
+            items = islice(data.read(part.first), part.count)
+            if sessions:
+                scorer.sessions(items, part.first, data.numbers)
+            else:
+                scorer.lines(items, part.first, data.labels)
+        tally.finish()
+    return ReplayReport(
+        columns=tally.columns, patterns=tally.grouper.groups(), lines=tally.scored_lines,
+        streams=len(tally.stream_names), threshold=parts[-1].detector.threshold,
+        seconds=time.perf_counter() - started,
+        peak_cache_bytes=max(part.detector.peak_cache_bytes for part in parts), bad_input=data.stats.as_dict(),
+        unit="session" if sessions else "line",
+        chunks=[_chunk_model(part.detector, part.first, part.count) for part in parts], anomalies=tally.anomalies,
     )  # fmt: skip
-    if options.out:
-        write_scores(report, options.out)
-    return report
+
+
+def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, str]]:
+    """(line, stream, text) of each scored unit, in order, read again from the input (a
+    session's text: its line the unit names, or its end)."""
+    if not len(columns):
+        return
+    names = list(columns.streams)
+    items = enumerate(data.read(columns.index[0]), start=columns.index[0])
+    for k, wanted in enumerate(columns.index):
+        i, item = next(items)
+        while i < wanted:
+            i, item = next(items)
+        if isinstance(item, LogRecord):
+            text = item.line
+        else:
+            text = item.lines[columns.at[k]] if columns.at[k] >= 0 else END_OF_SESSION
+        yield columns.line[k], names[columns.stream[k]], text
 
 
 def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
@@ -381,15 +541,3 @@ def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
         model_id=detector.model_id, model_version=str(detector.meta.get("created_at", "")),
     )  # fmt: skip
-
-
-def write_scores(report: ReplayReport, path: Path) -> None:
-    """One JSON row per scored item; `line` is 1-based in the input file, `index` the 0-based item."""
-    with path.open("w", encoding="utf-8") as f:
-        for u in report.units:
-            row = {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
-                   "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
-                   "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk,
-                   "label": u.label, "template": u.template, "text": u.text,
-                   "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
-            f.write(json.dumps(row) + "\n")

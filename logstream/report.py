@@ -17,8 +17,11 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from logstream.groups import Group, anomaly_groups, why
 from logstream.replay import ReplayReport, Unit
@@ -26,7 +29,6 @@ from logstream.replay import ReplayReport, Unit
 MAX_TIMELINES = 12  # streams drawn (the worst first)
 MAX_MARKERS = 400  # anomaly markers per stream
 MAX_GROUPS = 200
-MAX_EXAMPLES = 3  # example lines per group
 MAX_PATTERNS = 500
 WIDTH, HEIGHT, PAD = 900, 120, 28  # one timeline, px
 
@@ -49,17 +51,22 @@ code.group-template{display:block;max-height:4.4em;overflow:hidden} summary{curs
 
 
 def write_report(
-    report: ReplayReport, patterns: list[Group], summary: dict[str, Any], path: Path, title: str
+    report: ReplayReport,
+    summary: dict[str, Any],
+    texts: Iterable[tuple[int, str, str]],
+    path: Path,
+    title: str,
 ) -> None:
-    """Write the HTML report of a replay. patterns: `groups.group_by_template(report.units)`."""
-    groups = anomaly_groups(patterns)
+    """Write the HTML report of a replay. texts: (line, stream, text) of every scored unit in
+    order (`replay.unit_texts`: read again, only the anomalies drawn are kept)."""
+    groups = anomaly_groups(report.patterns)
     body = "\n".join(
         (
             f"<h1>{_e(title)}</h1>",
             _summary(report, summary, groups),
-            _timelines(report),
+            _timelines(report, texts),
             _groups(groups, report.unit),
-            _patterns(patterns),
+            _patterns(report.patterns),
         )
     )
     page = (
@@ -81,7 +88,7 @@ def _json_in_html(data: dict[str, Any]) -> str:
 
 def _summary(report: ReplayReport, summary: dict[str, Any], groups: list[Group]) -> str:
     cards = [
-        (f"{report.unit}s scored", f"{len(report.units):,}"),
+        (f"{report.unit}s scored", f"{len(report.columns):,}"),
         ("streams", f"{report.streams:,}"),
         ("anomalies", f"{summary['anomalies']:,}"),
         ("groups", f"{len(groups):,}"),
@@ -114,17 +121,28 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
 
 
-def _timelines(report: ReplayReport) -> str:
-    by_stream: dict[str, list[Unit]] = {}
-    for u in report.units:
-        by_stream.setdefault(u.stream, []).append(u)
-    ranked = sorted(by_stream, key=lambda s: -max(u.score for u in by_stream[s]))
-    first = min((u.line for u in report.units), default=1)
-    last = max((u.line for u in report.units), default=1)
-    finite = [v for v in (report.threshold * 2, *(u.score for u in report.units)) if math.isfinite(v)]
+def _timelines(report: ReplayReport, texts: Iterable[tuple[int, str, str]]) -> str:
+    columns = report.columns
+    scores, lines, flagged = columns.scores(), columns.numpy("line"), columns.flagged() > 0
+    stream_of = columns.numpy("stream")
+    by_stream = {name: np.flatnonzero(stream_of == k) for name, k in columns.streams.items()}
+    ranked = sorted(by_stream, key=lambda s: -scores[by_stream[s]].max())[:MAX_TIMELINES]
+    first = int(lines.min()) if len(lines) else 1
+    last = int(lines.max()) if len(lines) else 1
+    finite = [v for v in (report.threshold * 2, *scores.tolist()) if math.isfinite(v)]
     top = max(finite, default=10.0) * 1.05 or 1.0  # the y axis; an infinite score is drawn at the top
-    svgs = [_timeline(s, by_stream[s], first, last, top, report.threshold) for s in ranked[:MAX_TIMELINES]]
-    more = len(ranked) - MAX_TIMELINES
+    markers = {  # stream -> its most anomalous items (positions in `columns`), the worst first
+        s: sorted((int(i) for i in by_stream[s] if flagged[i]), key=lambda i: -scores[i])[:MAX_MARKERS]
+        for s in ranked
+    }
+    wanted = {int(lines[i]) for m in markers.values() for i in m}
+    text_of = {line: text for line, _, text in texts if line in wanted}
+    svgs = []
+    for s in ranked:
+        points = [(int(lines[i]), float(scores[i]), bool(flagged[i])) for i in by_stream[s]]
+        drawn = [(int(lines[i]), float(scores[i]), text_of[int(lines[i])]) for i in markers[s]]
+        svgs.append(_timeline(s, points, drawn, first, last, top, report.threshold))
+    more = len(by_stream) - MAX_TIMELINES
     note = (
         f'<p class="muted">{more:,} more streams not drawn (fewer or lower scores).</p>' if more > 0 else ""
     )
@@ -135,7 +153,16 @@ def _timelines(report: ReplayReport) -> str:
     )
 
 
-def _timeline(stream: str, units: list[Unit], first: int, last: int, top: float, threshold: float) -> str:
+def _timeline(
+    stream: str,
+    points: list[tuple[int, float, bool]],
+    markers: list[tuple[int, float, str]],
+    first: int,
+    last: int,
+    top: float,
+    threshold: float,
+) -> str:
+    """points: (line, score, anomaly) of the stream's items; markers: (line, score, text) to draw."""
     span = max(last - first, 1)
     inner_w, inner_h = WIDTH - 2 * PAD, HEIGHT - 2 * PAD + 10
 
@@ -146,24 +173,23 @@ def _timeline(stream: str, units: list[Unit], first: int, last: int, top: float,
         return PAD - 10 + inner_h * (1 - min(score, top) / top)
 
     columns: dict[int, float] = {}  # pixel column -> worst score there
-    for u in units:
-        col = int(x(u.line))
-        columns[col] = max(columns.get(col, 0.0), u.score)
-    points = " ".join(f"{col},{y(score):.1f}" for col, score in sorted(columns.items()))
-    anomalies = sorted((u for u in units if u.is_anomaly), key=lambda u: -u.score)[:MAX_MARKERS]
-    markers = "".join(
-        f'<circle class="anomaly" data-line="{u.line}" cx="{x(u.line):.1f}" cy="{y(u.score):.1f}" r="3">'
-        f"<title>line {u.line}, score {u.score:.2f}: {_e(u.text[:300])}</title></circle>"
-        for u in sorted(anomalies, key=lambda u: u.line)
+    for line, score, _ in points:
+        col = int(x(line))
+        columns[col] = max(columns.get(col, 0.0), score)
+    polyline = " ".join(f"{col},{y(score):.1f}" for col, score in sorted(columns.items()))
+    circles = "".join(
+        f'<circle class="anomaly" data-line="{line}" cx="{x(line):.1f}" cy="{y(score):.1f}" r="3">'
+        f"<title>line {line}, score {score:.2f}: {_e(text[:300])}</title></circle>"
+        for line, score, text in sorted(markers)
     )
-    flagged = sum(u.is_anomaly for u in units)
+    flagged = sum(anomaly for _, _, anomaly in points)
     return (
         f'<svg class="timeline" data-stream="{_e(stream)}" data-anomalies="{flagged}" width="{WIDTH}" '
         f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="scores of stream {_e(stream)}">'
-        f'<text x="{PAD}" y="12">{_e(stream)}: {len(units):,} lines, {flagged:,} anomalies</text>'
+        f'<text x="{PAD}" y="12">{_e(stream)}: {len(points):,} lines, {flagged:,} anomalies</text>'
         f'<text x="{WIDTH - PAD}" y="12" text-anchor="end">lines {first:,}-{first + span:,}</text>'
         f'<line class="threshold" x1="{PAD}" x2="{WIDTH - PAD}" y1="{y(threshold):.1f}" y2="{y(threshold):.1f}"/>'
-        f'<polyline class="score" points="{points}"/>{markers}</svg>'
+        f'<polyline class="score" points="{polyline}"/>{circles}</svg>'
     )
 
 
@@ -181,9 +207,7 @@ def _highlighted(u: Unit) -> str:
 def _groups(groups: list[Group], unit: str) -> str:
     rows = []
     for g in groups[:MAX_GROUPS]:
-        examples = sorted(
-            {id(u): u for u in (g.worst, *g.units[: MAX_EXAMPLES - 1])}.values(), key=lambda u: u.line
-        )
+        examples = sorted({id(u): u for u in (g.worst, *g.examples)}.values(), key=lambda u: u.line)
         shown = "".join(
             f'<div class="example" data-line="{u.line}"><span class="muted">line {u.line} · {_e(u.stream)} · '
             f"score {u.score:.2f}</span>{_highlighted(u)}</div>"
@@ -213,7 +237,7 @@ def _patterns(patterns: list[Group]) -> str:
     rows = "".join(
         f'<tr class="pattern"><td><code>{_e(g.template)}</code></td><td class="num">{g.count:,}</td>'
         f'<td class="num">{g.first:,}</td><td>{_e(g.first_time or "")}</td>'
-        f'<td class="num">{sum(u.is_anomaly for u in g.units):,}</td>'
+        f'<td class="num">{g.anomalies.count if g.anomalies else 0:,}</td>'
         f"<td>{'<span class=new>new</span>' if g.novel else ''}</td></tr>"
         for g in ranked[:MAX_PATTERNS]
     )

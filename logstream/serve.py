@@ -198,12 +198,12 @@ class Service:
         stopper.cancel()
         for task in done - {stopper}:
             task.result()  # a crashed loop is a bug: raise; uncommitted lines are re-delivered
-        log.info("shutting down", grace_seconds=self.settings.shutdown_grace_seconds)
+        log.info("shutting_down", grace_seconds=self.settings.shutdown_grace_seconds)
         try:
             async with asyncio.timeout(self.settings.shutdown_grace_seconds):
                 await self._shutdown(fetcher, scorer)
         except TimeoutError:
-            log.error("shutdown grace period exceeded; uncommitted lines will be re-delivered")
+            log.error("shutdown_grace_exceeded", uncommitted_lines="re-delivered")
             return False
         finally:
             self.health.alive = False
@@ -213,7 +213,7 @@ class Service:
         """The scorer never ends on its own: whatever ended it, /healthz must say so."""
         self.health.scoring = False
         if not task.cancelled() and task.exception() is not None:
-            log.error("scorer loop died", error=repr(task.exception()))
+            log.error("scorer_loop_died", error=repr(task.exception()))
 
     async def _shutdown(self, fetcher: asyncio.Task[None], scorer: asyncio.Task[None]) -> None:
         fetcher.cancel()
@@ -248,7 +248,7 @@ class Service:
                 self.source.pause()
                 self._paused = True
                 PAUSED_PARTITIONS.set(len(self.source.assignment()))
-                log.info("backpressure: partitions paused", inflight_lines=self._inflight)
+                log.info("backpressure_paused", inflight_lines=self._inflight)
 
     async def _score_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -293,7 +293,7 @@ class Service:
             self.source.resume()
             self._paused = False
             PAUSED_PARTITIONS.set(0)
-            log.info("backpressure: partitions resumed", inflight_lines=self._inflight)
+            log.info("backpressure_resumed", inflight_lines=self._inflight)
 
     def _score_and_hand_off(self, batch: Batch) -> None:
         """Worker thread: score, hand anomalies to the sink (durable on return), audit."""
@@ -414,7 +414,7 @@ class Service:
         try:
             states = await self.changelog.read(sources)
         except KafkaError as exc:
-            log.error("changelog restore failed: these partitions' streams start cold", error=str(exc))
+            log.error("changelog_restore_failed", streams="start cold", error=str(exc))
             return
         restored = await loop.run_in_executor(self._worker, self.book.restore, self.detector, states)
         if self.settings.stream_idle_seconds is not None:
@@ -425,7 +425,7 @@ class Service:
         RESTORED_STREAMS.inc(restored)
         RESTORE_SECONDS.observe(seconds)
         log.info(
-            "streams restored from the changelog",
+            "changelog_streams_restored",
             restored=restored, records=len(states), dropped=dropped, seconds=round(seconds, 3),
         )  # fmt: skip
 
@@ -436,7 +436,7 @@ class Service:
         await self._commit()
         self._processed = {tp: o for tp, o in self._processed.items() if tp not in revoked}
         self.health.partitions_assigned = False
-        log.info("partitions revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
+        log.info("partitions_revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Fresh partitions start unpaused; their streams are restored from the changelog if
@@ -454,7 +454,7 @@ class Service:
         self.health.partitions_assigned = bool(assigned)
         self._may_fetch.set()
         log.info(
-            "partitions assigned",
+            "partitions_assigned",
             partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
         )
 
@@ -532,7 +532,7 @@ async def serve(settings: ServeSettings) -> int:
         health.model_loaded = True
         BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
         THRESHOLD.set(detector.threshold)
-        log.info("model loaded", model_id=detector.model_id, threshold=detector.threshold)
+        log.info("model_loaded", model_id=detector.model_id, threshold=detector.threshold)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -39,6 +39,19 @@ def test_context_before_spans_batches_and_after_comes_from_the_batch() -> None:
     assert out.context_after == ("a4",)  # nothing waits for lines not yet here
 
 
+def test_follow_one_line_at_a_time_equals_attach_over_the_whole_file() -> None:
+    """Replay feeds lines one by one (`follow`); an anomaly waits for its stream's next lines however
+    far they are, so the context equals one `attach` over the whole file, in the same order."""
+    lines = [(f"s{i % 3}" if i % 7 else "s3", f"line {i}") for i in range(60)]
+    flagged = {i: anomaly(stream=lines[i][0], line=lines[i][1]) for i in (0, 5, 6, 30, 56, 58, 59)}
+    whole = LineContext(before=2, after=2).attach(lines, flagged)
+    context = LineContext(before=2, after=2)
+    followed = [a for i, (s, line) in enumerate(lines) for a in context.follow(s, line, flagged.get(i))]
+    followed += context.finish()
+    assert followed == whole
+    assert whole[-1].context_after == () and whole[0].context_after == ("line 7", "line 14")
+
+
 def test_context_memory_is_bounded() -> None:
     """At most max_streams streams are remembered (least recently seen dropped), lines cut."""
     context = LineContext(before=1, after=0, max_streams=2, max_chars=10)

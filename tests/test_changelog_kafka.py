@@ -49,9 +49,7 @@ def committed_now(broker: KafkaBroker, group: str) -> dict[tuple[str, int], int]
 
 
 def restored(serve: Serve) -> int:
-    return sum(
-        e.get("restored", 0) for e in serve.logs() if e.get("event") == "streams restored from the changelog"
-    )
+    return sum(e.get("restored", 0) for e in serve.logs() if e.get("event") == "changelog_streams_restored")
 
 
 def read_changelog(broker: KafkaBroker, topic: str, partitions: int) -> dict[str, StreamState]:

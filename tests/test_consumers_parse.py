@@ -103,7 +103,7 @@ def test_reject_log_counts_every_one_and_logs_first_of_each_kind(
     assert rejects.counts["bad_json"] == 3
     assert rejects.counts["empty"] == 1
     logged = capsys.readouterr().out + capsys.readouterr().err
-    assert logged.count("bad record skipped") == 2
+    assert logged.count("bad_record_skipped") == 2
 
 
 def test_parse_never_raises_on_an_unexpected_error() -> None:

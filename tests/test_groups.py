@@ -52,5 +52,5 @@ def test_new_words_are_claimed_only_against_the_same_streams_earlier_lines() -> 
         _unit(3, "web-1 status=503", "<HOST> status=<*>", 8.0, word="503"),
         _unit(4, "web-1 status=200", "<HOST> status=<*>", 8.0, word="200"),
     ]
-    mark_new_words(units)
+    mark_new_words(units, [(u.line, u.stream, u.text) for u in units])
     assert [u.new_words for u in units] == [(), (), ("503",), ()]

@@ -9,6 +9,7 @@ the names they are imported as (`alerts/` is `logstream.alerts`, see pyproject).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,3 +132,49 @@ def test_the_core_does_not_import_the_commands_work() -> None:
     edges = graph()
     bad = [(m, d) for m in sorted(CORE) for d in sorted(edges[m] & WORK)]
     assert bad == []
+
+
+LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical", "msg"}
+EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def log_events(path: Path) -> list[tuple[int, str]]:
+    """(line, event) of each structlog call with a literal event: `log.<level>("event", ...)`
+    on a module's `log = structlog.get_logger(...)` or on a logger bound from it (`log.bind(...)`,
+    assigned or chained)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    loggers = {"log"}
+    for node in ast.walk(tree):  # names assigned from structlog.get_logger or a logger's .bind/.new
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = ast.unparse(node.value.func)
+            bound = called.split(".")[0] in loggers and called.endswith((".bind", ".new"))
+            if called == "structlog.get_logger" or bound:
+                loggers |= {ast.unparse(t) for t in node.targets}
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LOG_METHODS
+            and _root(node.func.value) in loggers
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _root(node: ast.expr) -> str:
+    """The name a chain of attributes and calls starts from: `log` for `log.bind(a=1)`."""
+    while isinstance(node, ast.Attribute | ast.Call):
+        node = node.value if isinstance(node, ast.Attribute) else node.func
+    return ast.unparse(node)
+
+
+def test_log_events_are_snake_case_names() -> None:
+    """One structlog style: the event is a short snake_case name (`changelog_write_failed`), and
+    what happened goes in key-value fields, never a sentence in the event."""
+    events = {f"{name}:{line}": event for name, path in modules().items() for line, event in log_events(path)}
+    assert len(events) > 20  # the scan finds the package's log calls
+    assert {where: event for where, event in events.items() if not EVENT_NAME.match(event)} == {}

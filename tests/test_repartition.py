@@ -46,10 +46,8 @@ def test_stream_on_several_partitions_is_counted_and_the_fix_named(
     split = serve.metric("logstream_split_streams_total")
     assert serve.terminate() == 0
     assert split == sum(len(partitions) > 1 for partitions in on.values()) > 0
-    warnings = [
-        e for e in serve.logs() if e.get("event", "").startswith("stream seen on more than one partition")
-    ]
-    assert warnings and "repartition.topic" in warnings[0]["event"]
+    warnings = [e for e in serve.logs() if e.get("event") == "stream_split_across_partitions"]
+    assert warnings and "repartition.topic" in warnings[0]["fix"]
 
 
 def test_lines_of_a_stream_on_several_partitions_reach_one_scorer_through_repartitioning(
