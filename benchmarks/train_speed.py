@@ -8,12 +8,11 @@ split of benchmarks/hdfs_quality.py, the first `--sessions`): tokenizer, pattern
 window, examples. Then runs `fit()` for `--steps` steps per lever, interleaved, twice, best
 time kept (compile's first run includes compiling). Reports:
 
-- tokens/s: log tokens (what the loss is on) per second, and S + rows x T processed tokens
-  per second (the sink prefix runs once per batch; padding included);
-- FLOP/s: forward + backward = 3 x the forward: 2 x matmul MACs per processed token plus
-  causal attention, 4 x layers x H x D per (query, key) pair: S(S + 1)/2 for the prefix and
-  T x S + T(T + 1)/2 per row, over the padded batch;
-- the share of log tokens among processed ones (what packing could still win).
+- tokens/s: log tokens (what the loss is on) per second, and rows x (S + T) processed
+  tokens per second (sinks and padding included);
+- FLOP/s: forward + backward = 3 x the forward, per row 2 x matmul MACs x (S + T) plus causal
+  attention 4 x layers x H x D x (S + T)(S + T + 1)/2, over the padded batch;
+- the share of log tokens among processed ones (what packing or sink caching could win).
 
 The last stdout line is JSON.
 """
@@ -87,13 +86,10 @@ def main() -> None:
     log_tokens = sum(  # the loss's tokens: replayed batches' real lengths are not kept, so estimate
         rows * (sum(len(ids) for ids, _ in examples) / len(examples)) for rows, _ in shapes
     )
-    processed = sum(S + rows * T for rows, T in shapes)  # the sink prefix runs once per batch
+    processed = sum(rows * (S + T) for rows, T in shapes)
     matmul = engine_flops_per_token(cfg, 0, 0)  # 2 x MACs per token
     per_key = engine_flops_per_token(cfg, 0, 1) - matmul  # 4 x layers x H x D
-    flops = 3 * sum(
-        matmul * (S + rows * T) + per_key * (S * (S + 1) / 2 + rows * (T * S + T * (T + 1) / 2))
-        for rows, T in shapes
-    )
+    flops = 3 * sum(rows * (matmul * (S + T) + per_key * (S + T) * (S + T + 1) / 2) for rows, T in shapes)
 
     best: dict[str, float] = {}
     for _ in range(2):

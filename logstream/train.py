@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import math
 import random
 import time
@@ -214,8 +213,7 @@ def fit(
         optimizer,
         lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)),
     )
-    sinks = torch.tensor([sink_ids])  # [1, S]: the same prefix on every row, computed once
-    cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    S = len(sink_ids)
     order: list[int] = []
     smoothed = float("nan")
     model.train()
@@ -224,17 +222,20 @@ def fit(
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        B, T = len(batch), max(len(ids) for ids, _ in batch)
-        tokens = torch.zeros(B, T, dtype=torch.long)
-        line_ids = torch.zeros(B, T, dtype=torch.long)
-        mask = torch.zeros(B, T, dtype=torch.bool)
+        T = max(len(ids) for ids, _ in batch)
+        tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
+        line_ids = torch.zeros(len(batch), T, dtype=torch.long)
+        mask = torch.zeros(len(batch), T, dtype=torch.bool)
         for b, (ids, lines) in enumerate(batch):
-            tokens[b, : len(ids)] = torch.tensor(ids)
+            tokens[b, :S] = torch.tensor(sink_ids)
+            tokens[b, S : S + len(ids)] = torch.tensor(ids)
             line_ids[b, : len(ids)] = torch.tensor(lines)
             mask[b, : len(ids)] = True
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            logits = _forward_after_sinks(forward, sinks, tokens, cache_arg)  # predicts tokens  [B, T, V]
-        token_loss = F.cross_entropy(logits.float().transpose(1, 2), tokens, reduction="none")  # [B, T]
+            logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
+        token_loss = F.cross_entropy(
+            logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
+        )  # [B, T]
         share = config.robust_share if step >= warmup else 0.0
         weights = robust_token_weights(token_loss, line_ids, mask, share)
         loss = (token_loss * weights).sum() / weights.sum().clamp(min=1)
@@ -248,25 +249,6 @@ def fit(
             progress(step + 1, steps, smoothed)
     model.eval()
     return smoothed
-
-
-def _forward_after_sinks(
-    forward: Callable[..., Any], sinks: torch.Tensor, tokens: torch.Tensor, cache_arg: str
-) -> torch.Tensor:
-    """Logits predicting `tokens` [B, T] after the sink prefix `sinks` [1, S]: [B, T, V].
-
-    The prefix runs once and its KV cache is repeated over the rows, instead of running on
-    every row: the same values and gradients (sinks carry no loss), ~S/(S+T) less compute.
-    (`cache_arg`: transformers renamed `past_key_values` to `cache`.)"""
-    B, T = tokens.shape
-    prefix = forward(sinks, use_cache=True)
-    cache = prefix[cache_arg]
-    cache.batch_repeat_interleave(B)
-    first = prefix.logits[:, -1:].expand(B, 1, -1)  # the last sink predicts tokens[:, 0]
-    if T == 1:
-        return first
-    rest = forward(tokens[:, :-1], use_cache=True, **{cache_arg: cache}).logits  # [B, T-1, V]
-    return torch.cat([first, rest], dim=1)
 
 
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:

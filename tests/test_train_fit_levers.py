@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import inspect
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.train import TrainConfig, _forward_after_sinks, fit
+from logstream.train import TrainConfig, fit
 
 
 def _model() -> LlamaForCausalLM:
@@ -52,22 +51,3 @@ def test_bf16_autocast_fit_stays_close() -> None:
     loss, _ = _trained()
     got_loss, _ = _trained(autocast=torch.bfloat16)
     assert abs(got_loss - loss) <= 0.02 * loss
-
-
-def test_the_sink_prefix_once_gives_the_logits_and_gradients_of_a_full_forward() -> None:
-    """fit() runs the shared sink prefix once and repeats its KV cache over the rows: the
-    logits and every weight's gradient match running [sinks, tokens] on each row."""
-    model = _model()
-    sinks = torch.tensor([[1, 2, 3, 7, 8]])  # [1, S]
-    tokens = torch.randint(3, 61, (3, 11), generator=torch.Generator().manual_seed(2))  # [B, T]
-    S, B = sinks.shape[1], tokens.shape[0]
-    full = model(torch.cat([sinks.expand(B, S), tokens], dim=1)).logits[:, S - 1 : -1]
-    full.sum().backward()
-    want = {name: p.grad.clone() for name, p in model.named_parameters()}
-    model.zero_grad()
-    arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-    shared = _forward_after_sinks(model, sinks, tokens, arg)
-    shared.sum().backward()
-    torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-5)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, want[name], atol=1e-5, rtol=1e-5)
