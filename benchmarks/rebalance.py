@@ -495,7 +495,9 @@ def main() -> None:
                 result = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}
                 if sessions:  # does the model need the stream's context? (on lines it never saw)
                     held = with_sessions(generate_lines(600, seed=args.seed + 100), seed=args.seed + 100)
-                    result["copy_check"] = copy_check(Detector.load(model), held)
+                    result["copy_check"] = copy_check(
+                        Detector.load(model, false_alarm_rate=args.false_alarm_rate), held
+                    )
                     print(f"copy check: {result['copy_check']}")
                 # the reference first: its produce fixes each message's partition and offset,
                 # which the moving runs' fresh topics repeat (same keys, same order)

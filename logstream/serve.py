@@ -449,6 +449,12 @@ class Service:
                 await self._restore(assigned)
             finally:
                 self._restored.set()
+        else:  # streams that moved away: if they came back, a stale cache and line count here
+            # would score them against an old context, and keep the cold-start policy off
+            sources = {f"{tp.topic}/{tp.partition}" for tp in assigned}
+            await asyncio.get_running_loop().run_in_executor(
+                self._worker, self.book.forget_unassigned, self.detector, sources
+            )
         PAUSED_PARTITIONS.set(0)
         ASSIGNED_PARTITIONS.set(len(assigned))
         self.health.partitions_assigned = bool(assigned)
