@@ -25,6 +25,7 @@ seconds after each move, the largest lag after each move (the group's end offset
 committed offsets, sampled every 0.5 s), and the restore times serve logged.
 
     .venv/bin/python benchmarks/rebalance.py restore [--streams 1000] [--window 2048]
+    .venv/bin/python benchmarks/rebalance.py copy [--model DIR] [--false-alarm-rate R]
     .venv/bin/python benchmarks/rebalance.py moves [--seconds 100] [--rate 30] [--model DIR]
         [--runs changelog cold cold+policy] [--policy-lines 1] [--refit-every N] [--workload plain]
 
@@ -147,6 +148,12 @@ def with_refit_every(model: Path, out: Path, refit_every: int) -> Path:
     meta["calibration"]["config"]["refit_every"] = refit_every
     (out / "logstream.json").write_text(json.dumps(meta))
     return out
+
+
+def run_copy_check(model: Path, seed: int, false_alarm_rate: float | None) -> dict[str, float]:
+    """`copy_check` on 600 lines the model never saw (another seed)."""
+    held = with_sessions(generate_lines(600, seed=seed + 100), seed=seed + 100)
+    return copy_check(Detector.load(model, false_alarm_rate=false_alarm_rate), held)
 
 
 # -- restore ------------------------------------------------------------------------------------
@@ -475,7 +482,10 @@ def main() -> None:
     )
     moves.add_argument("--refit-every", type=int, default=None,
                        help="serve a copy of the model with this online tail refit interval (0: none)")  # fmt: skip
-    for p in (restore, moves):
+    copy = sub.add_parser("copy", help="moves' copy check alone (no broker)")
+    copy.add_argument("--seed", type=int, default=1)
+    copy.add_argument("--false-alarm-rate", type=float, default=None, help="default: the model's")
+    for p in (restore, moves, copy):
         p.add_argument("--model", type=Path, default=None, help="a model dir (default: train the tests' one)")
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -484,6 +494,9 @@ def main() -> None:
         model = args.model or train_model(work / "model")
         if getattr(args, "refit_every", None) is not None:
             model = with_refit_every(model, work / "model-refit", args.refit_every)
+        if args.part == "copy":
+            print(json.dumps(run_copy_check(model, args.seed, args.false_alarm_rate)))
+            return
         broker = KafkaBroker(work / "kafka")
         broker.start()
         try:
@@ -493,11 +506,8 @@ def main() -> None:
                 sessions = args.workload == "sessions"
                 messages = plan(args.clusters, int(args.seconds * args.rate), args.seed, sessions)
                 result = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}
-                if sessions:  # does the model need the stream's context? (on lines it never saw)
-                    held = with_sessions(generate_lines(600, seed=args.seed + 100), seed=args.seed + 100)
-                    result["copy_check"] = copy_check(
-                        Detector.load(model, false_alarm_rate=args.false_alarm_rate), held
-                    )
+                if sessions:
+                    result["copy_check"] = run_copy_check(model, args.seed, args.false_alarm_rate)
                     print(f"copy check: {result['copy_check']}")
                 # the reference first: its produce fixes each message's partition and offset,
                 # which the moving runs' fresh topics repeat (same keys, same order)
