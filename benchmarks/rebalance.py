@@ -1,6 +1,7 @@
 """A measured rebalance: false alarms, lag and restore time when `serve` replicas move.
 
-Two parts, both on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first):
+Two parts on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first), and
+the model check of the second (`copy`) without one:
 
 `restore`: how long the changelog restore takes per 1,000 streams. It writes N stream
 states (L random token ids each, the tiny model's vocabulary) to a changelog topic, then
@@ -14,13 +15,14 @@ streams re-encoded), scaled to 1,000.
 hash over the partitions). By default (`--workload sessions`) each stream carries a session
 id on every line, new every 20-60 lines (`synth.with_sessions`): context a model can only
 have from the stream's own recent lines, as a pod, job or user id is in real streams. The
-default model is trained on that workload (`train_model`), and `copy_check` reports whether
-it copies the id from context (the id's surprisal with and without the stream's lines). Replicas of `serve` move on a schedule: 1 -> 2 at 20%, a kill -9
-of one (restarted at once, as a pod would be) at 40%, 2 -> 4 at 60%, 4 -> 2 at 80%. The
-same messages are scored by a single replica that never moves (the reference), and the
-moves run with the changelog, without it, and without it but with the cold-start policy
-(`state.min_context_lines` = `--policy-lines`; the other runs set it to 0). Reported per run: incidents found,
-false alarms (flagged normal lines) in all and among lines produced in the `--window`
+default model is trained on that workload (`train_model`), and `copy_check` (also alone:
+`copy`) reports whether it copies the id from context (the id's surprisal with and without
+the stream's lines). Replicas of `serve` move on a schedule: 1 -> 2 at 20%, a kill -9 of
+one (restarted at once, as a pod would be) at 40%, 2 -> 4 at 60%, 4 -> 2 at 80%. The same
+messages are scored by a single replica that never moves (the reference), and the moves run
+with the changelog, without it, and without it but with the cold-start policy
+(`state.min_context_lines` = `--policy-lines`; the other runs set it to 0). Reported per
+run: incidents found, false alarms (flagged normal lines) in all and among lines produced in the `--window`
 seconds after each move, the largest lag after each move (the group's end offsets minus its
 committed offsets, sampled every 0.5 s), and the restore times serve logged.
 
@@ -59,6 +61,7 @@ import httpx  # noqa: E402 - after the path inserts, like the imports below
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
+from chaos import train_model as train_tests_model  # noqa: E402
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port  # noqa: E402
 
 from logstream.changelog import Changelog, StreamBook, StreamState  # noqa: E402
@@ -486,12 +489,17 @@ def main() -> None:
     copy.add_argument("--seed", type=int, default=1)
     copy.add_argument("--false-alarm-rate", type=float, default=None, help="default: the model's")
     for p in (restore, moves, copy):
-        p.add_argument("--model", type=Path, default=None, help="a model dir (default: train the tests' one)")
+        p.add_argument(
+            "--model", type=Path, default=None,
+            help="a model dir (default: train one: train_model for the sessions workload, else the tests')",
+        )  # fmt: skip
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="logstream-rebalance-") as tmp:
         work = Path(tmp)
-        model = args.model or train_model(work / "model")
+        # the sessions workload needs a model trained on it; `restore` only needs a vocabulary
+        sessions = args.part == "copy" or getattr(args, "workload", "") == "sessions"
+        model = args.model or (train_model if sessions else train_tests_model)(work / "model")
         if getattr(args, "refit_every", None) is not None:
             model = with_refit_every(model, work / "model-refit", args.refit_every)
         if args.part == "copy":
@@ -503,7 +511,6 @@ def main() -> None:
             if args.part == "restore":
                 result: dict[str, Any] = asyncio.run(_restore_bench(broker, model, args.streams, args.window))
             else:
-                sessions = args.workload == "sessions"
                 messages = plan(args.clusters, int(args.seconds * args.rate), args.seed, sessions)
                 result = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}
                 if sessions:
