@@ -1,6 +1,7 @@
 """A measured rebalance: false alarms, lag and restore time when `serve` replicas move.
 
-Two parts, both on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first):
+Two parts on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first), and
+the model check of the second (`copy`) without one:
 
 `restore`: how long the changelog restore takes per 1,000 streams. It writes N stream
 states (L random token ids each, the tiny model's vocabulary) to a changelog topic, then
@@ -11,16 +12,24 @@ streams re-encoded), scaled to 1,000.
 
 `moves`: a steady producer of synthetic logs (logstream/synth.py) with injected incidents,
 `--clusters` copies of the generator, each host a stream keyed by `c<j>-<host>` (so keys
-hash over the partitions). Replicas of `serve` move on a schedule: 1 -> 2 at 20%, a kill -9
-of one (restarted at once, as a pod would be) at 40%, 2 -> 4 at 60%, 4 -> 2 at 80%. The
-same messages are scored by a single replica that never moves (the reference), and the
-moves run once with the changelog and once without. Reported per run: incidents found,
-false alarms (flagged normal lines) in all and among lines produced in the `--window`
+hash over the partitions). By default (`--workload sessions`) each stream carries a session
+id on every line, new every 20-60 lines (`synth.with_sessions`): context a model can only
+have from the stream's own recent lines, as a pod, job or user id is in real streams. The
+default model is trained on that workload (`train_model`), and `copy_check` (also alone:
+`copy`) reports whether it copies the id from context (the id's surprisal with and without
+the stream's lines). Replicas of `serve` move on a schedule: 1 -> 2 at 20%, a kill -9 of
+one (restarted at once, as a pod would be) at 40%, 2 -> 4 at 60%, 4 -> 2 at 80%. The same
+messages are scored by a single replica that never moves (the reference), and the moves run
+with the changelog, without it, and without it but with the cold-start policy
+(`state.min_context_lines` = `--policy-lines`; the other runs set it to 0). Reported per
+run: incidents found, false alarms (flagged normal lines) in all and among lines produced in the `--window`
 seconds after each move, the largest lag after each move (the group's end offsets minus its
 committed offsets, sampled every 0.5 s), and the restore times serve logged.
 
     .venv/bin/python benchmarks/rebalance.py restore [--streams 1000] [--window 2048]
+    .venv/bin/python benchmarks/rebalance.py copy [--model DIR] [--false-alarm-rate R]
     .venv/bin/python benchmarks/rebalance.py moves [--seconds 100] [--rate 30] [--model DIR]
+        [--runs changelog cold cold+policy] [--policy-lines 1] [--refit-every N] [--workload plain]
 
 The last stdout line is the report as JSON.
 """
@@ -33,12 +42,13 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +61,102 @@ import httpx  # noqa: E402 - after the path inserts, like the imports below
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from aiokafka import AIOKafkaProducer  # noqa: E402
-from chaos import train_model  # noqa: E402
+from chaos import train_model as train_tests_model  # noqa: E402
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port  # noqa: E402
 
 from logstream.changelog import Changelog, StreamBook, StreamState  # noqa: E402
 from logstream.detector import Detector  # noqa: E402
+from logstream.inputs import parse_lines, streams_from_lines  # noqa: E402
+from logstream.scoring import ScoringConfig  # noqa: E402
 from logstream.settings import KafkaSettings, StateSettings  # noqa: E402
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines  # noqa: E402
+from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions  # noqa: E402
+from logstream.train import TrainConfig, save, train  # noqa: E402
 
 WAIT_S = 300.0
 PARTITIONS = 4
 SCHEDULE = ((0.2, "1 -> 2"), (0.4, "kill -9"), (0.6, "2 -> 4"), (0.8, "4 -> 2"))
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+
+def train_model(out: Path, window: int = 256, steps: int = 2500) -> Path:
+    """tiny, trained on the workload (synthetic lines with sessions, logstream/synth.py) with
+    template centering, so a session's `opened` line (its id is new to everyone) is judged
+    against its own usual surprise: about 10 minutes on 2 busy cores."""
+    log = with_sessions(generate_lines(30000, seed=1), seed=1)
+    config = TrainConfig(
+        preset="tiny", window=window, fit_window=False, seed=0, epochs=100, max_steps=steps, batch_size=16,
+        scoring=ScoringConfig(template_centering=True),
+    )  # fmt: skip
+    save(train(streams_from_lines(log.lines, STREAM_KEY), config), out)
+    return out
+
+
+def id_tokens(detector: Detector, ids: list[int]) -> int:
+    """How many of a line's last tokens (before the newline) spell its 6-letter session id."""
+    text, n = "", 0
+    while len(text) < 6:
+        n += 1
+        text = detector.tokenizer.token_text(ids[-1 - n]) + text
+    return n
+
+
+def copy_check(detector: Detector, log: SyntheticLog) -> dict[str, float]:
+    """Does the model copy a session id from context? Over the lines that are not `opened`
+    lines: the mean surprisal (nats) of the id's tokens, and the line score (-log10 p, serve's
+    path), each line scored in its stream's context and alone (a fresh stream)."""
+    records = parse_lines(log.lines, STREAM_KEY)
+    detector.online = None  # the model's own tail, not refitted as it goes: one scale for both
+    warm: dict[str, list[float]] = {"id_nats": [], "score": []}
+    cold: dict[str, list[float]] = {"id_nats": [], "score": []}
+    for record in records:
+        alone = replace(record, stream="alone")
+        for out, scored in ((warm, record), (cold, alone)):
+            _, ids, nll = detector.token_surprisal([scored])
+            if scored is alone:
+                detector.engine.drop("alone")
+            if "session: opened" not in record.line:
+                n = id_tokens(detector, ids[0])
+                out["id_nats"].append(float(nll[0][-1 - n : -1].mean()))
+    detector.reset()
+    for record in records:  # again, through Detector.score this time, as serve scores
+        for out, scored in ((warm, record), (cold, replace(record, stream="alone"))):
+            line = detector.score([scored])[0]
+            detector.engine.drop("alone")
+            detector.recent.drop("alone")
+            if "session: opened" not in record.line:
+                out["score"].append(line.score)
+    threshold = detector.threshold
+    return {
+        "lines": len(warm["score"]),
+        "threshold": round(threshold, 2),
+        **{
+            f"{name}_{how}": value
+            for how, got in (("in_context", warm), ("alone", cold))
+            for name, value in (
+                ("id_nats", round(float(np.mean(got["id_nats"])), 3)),
+                ("median_score", round(float(np.median(got["score"])), 2)),
+                ("share_over_threshold", round(float(np.mean(np.asarray(got["score"]) > threshold)), 4)),
+            )
+        },
+    }
+
+
+def with_refit_every(model: Path, out: Path, refit_every: int) -> Path:
+    """A copy of the model directory whose online tail refits every `refit_every` unflagged
+    lines (0: never), to tell the refits' share of the drift after a move from the context's."""
+    shutil.copytree(model, out)
+    meta = json.loads((out / "logstream.json").read_text())
+    meta["calibration"]["config"]["refit_every"] = refit_every
+    (out / "logstream.json").write_text(json.dumps(meta))
+    return out
+
+
+def run_copy_check(model: Path, seed: int, false_alarm_rate: float | None) -> dict[str, float]:
+    """`copy_check` on 600 lines the model never saw (another seed)."""
+    held = with_sessions(generate_lines(600, seed=seed + 100), seed=seed + 100)
+    return copy_check(Detector.load(model, false_alarm_rate=false_alarm_rate), held)
 
 
 # -- restore ------------------------------------------------------------------------------------
@@ -123,12 +218,15 @@ class Message:
     offset: int = -1
 
 
-def plan(clusters: int, lines: int, seed: int) -> list[Message]:
-    """`clusters` synthetic systems with every incident kind, interleaved line by line."""
+def plan(clusters: int, lines: int, seed: int, sessions: bool) -> list[Message]:
+    """`clusters` synthetic systems with every incident kind, interleaved line by line; with
+    `sessions`, each stream's lines carry its session id (logstream/synth.py `with_sessions`)."""
     logs = [
         generate_lines(lines // clusters, seed=seed + j, incidents=INCIDENT_KINDS, incident_start=0.1)
         for j in range(clusters)
     ]
+    if sessions:
+        logs = [with_sessions(log, seed=seed + j) for j, log in enumerate(logs)]
     out = []
     for i in range(max(len(log.lines) for log in logs)):
         for j, log in enumerate(logs):
@@ -166,7 +264,7 @@ class Replica:
     """A `logstream serve` subprocess with its own audit log and port."""
 
     def __init__(self, work: Path, name: str, broker: KafkaBroker, model: Path, topic: str, group: str,
-                 changelog: str | None, false_alarm_rate: float | None) -> None:  # fmt: skip
+                 changelog: str | None, min_context_lines: int, false_alarm_rate: float | None) -> None:  # fmt: skip
         self.port = free_port()
         self.audit = work / f"audit-{name}.jsonl"
         self.log = work / f"serve-{name}.log"
@@ -180,7 +278,7 @@ class Replica:
             "http": {"host": "127.0.0.1", "port": self.port},
             "audit_log": str(self.audit),
             "log_format": "json",
-            "state": {"changelog_topic": changelog} if changelog else {},
+            "state": {"changelog_topic": changelog, "min_context_lines": min_context_lines},
         }  # fmt: skip
         self.config = work / f"serve-{name}.yaml"
         self.config.write_text(yaml.safe_dump(config))
@@ -286,14 +384,19 @@ def score_run(name: str, messages: list[Message], scores: Scores, moves: dict[st
     return report
 
 
+# the moving runs: name -> (changelog on, state.min_context_lines or None for --policy-lines)
+RUNS = {"changelog": (True, 0), "cold": (False, 0), "cold+policy": (False, None)}
+
+
 def run_moves(broker: KafkaBroker, model: Path, work: Path, messages: list[Message], args: argparse.Namespace,
-              changelog: bool, reference: Scores) -> RunReport:  # fmt: skip
-    name = "changelog" if changelog else "no changelog"
-    tag = f"moves-{'cl' if changelog else 'cold'}-{int(time.time())}"
+              name: str, reference: Scores) -> RunReport:  # fmt: skip
+    changelog, min_context = RUNS[name]
+    min_context = args.policy_lines if min_context is None else min_context
+    tag = f"moves-{name.replace('+', '-')}-{int(time.time())}"
     topic, group = f"{tag}-logs", f"{tag}-group"
     asyncio.run(create_topic(broker.bootstrap, topic, PARTITIONS))
     replicas = [Replica(work, f"{tag}-{i}", broker, model, topic, group, f"{tag}-changelog" if changelog else None,
-                        args.false_alarm_rate) for i in range(4)]  # fmt: skip
+                        min_context, args.false_alarm_rate) for i in range(4)]  # fmt: skip
     replicas[0].start()
     wait(replicas[0].ready, "the first replica")
     t0 = time.monotonic()
@@ -351,7 +454,7 @@ def run_reference(
     topic, group = f"{tag}-logs", f"{tag}-group"
     asyncio.run(create_topic(broker.bootstrap, topic, PARTITIONS))
     asyncio.run(produce_steadily(broker.bootstrap, topic, messages, 0, time.monotonic()))
-    replica = Replica(work, tag, broker, model, topic, group, None, false_alarm_rate).start()
+    replica = Replica(work, tag, broker, model, topic, group, None, 0, false_alarm_rate).start()
     wait(lambda: lag(broker, topic, group) == 0, "the reference replica")
     replica.stop()
     return replica.scores()
@@ -372,27 +475,52 @@ def main() -> None:
     moves.add_argument("--window", type=float, default=10.0, help="seconds after a move counted")
     moves.add_argument("--seed", type=int, default=1)
     moves.add_argument("--false-alarm-rate", type=float, default=None, help="serve's (default: the model's)")
-    for p in (restore, moves):
-        p.add_argument("--model", type=Path, default=None, help="a model dir (default: train the tests' one)")
+    moves.add_argument("--workload", choices=("sessions", "plain"), default="sessions",
+                       help="sessions: streams carry session ids (synth.with_sessions); plain: generate_lines")  # fmt: skip
+    moves.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="the moving runs")
+    moves.add_argument(
+        "--policy-lines", type=int, default=1, help="state.min_context_lines of the +policy run"
+    )
+    moves.add_argument("--refit-every", type=int, default=None,
+                       help="serve a copy of the model with this online tail refit interval (0: none)")  # fmt: skip
+    copy = sub.add_parser("copy", help="moves' copy check alone (no broker)")
+    copy.add_argument("--seed", type=int, default=1)
+    copy.add_argument("--false-alarm-rate", type=float, default=None, help="default: the model's")
+    for p in (restore, moves, copy):
+        p.add_argument(
+            "--model", type=Path, default=None,
+            help="a model dir (default: train one: train_model for the sessions workload, else the tests')",
+        )  # fmt: skip
     args = parser.parse_args()
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="logstream-rebalance-") as tmp:
         work = Path(tmp)
-        model = args.model or train_model(work / "model")
+        # the sessions workload needs a model trained on it; `restore` only needs a vocabulary
+        sessions = args.part == "copy" or getattr(args, "workload", "") == "sessions"
+        model = args.model or (train_model if sessions else train_tests_model)(work / "model")
+        if getattr(args, "refit_every", None) is not None:
+            model = with_refit_every(model, work / "model-refit", args.refit_every)
+        if args.part == "copy":
+            print(json.dumps(run_copy_check(model, args.seed, args.false_alarm_rate)))
+            return
         broker = KafkaBroker(work / "kafka")
         broker.start()
         try:
             if args.part == "restore":
                 result: dict[str, Any] = asyncio.run(_restore_bench(broker, model, args.streams, args.window))
             else:
-                messages = plan(args.clusters, int(args.seconds * args.rate), args.seed)
+                messages = plan(args.clusters, int(args.seconds * args.rate), args.seed, sessions)
+                result = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}
+                if sessions:
+                    result["copy_check"] = run_copy_check(model, args.seed, args.false_alarm_rate)
+                    print(f"copy check: {result['copy_check']}")
                 # the reference first: its produce fixes each message's partition and offset,
                 # which the moving runs' fresh topics repeat (same keys, same order)
                 reference = run_reference(broker, model, work, messages, args.false_alarm_rate)
                 base = score_run("single replica, no moves", messages, reference, {}, args.window)
-                result = {"reference": asdict(base) | {"flagged": len(base.flagged)}, "runs": []}
-                for changelog in (True, False):
-                    run = run_moves(broker, model, work, messages, args, changelog, reference)
+                result["reference"] = asdict(base) | {"flagged": len(base.flagged)}
+                for name in args.runs:
+                    run = run_moves(broker, model, work, messages, args, name, reference)
                     result["runs"].append(
                         asdict(run)
                         | {

@@ -16,9 +16,10 @@ which are small (~4 KB at L = 2048 in uint16). So the changelog keeps, per strea
 Records are keyed by stream and sent to changelog partition `input partition mod
 changelog partitions`, so the owner of input partition p finds its streams by reading
 one changelog partition. A stream closed for idleness gets a tombstone (compaction
-deletes it). Not kept: the online tail refit (`OnlineTail`, one per replica, restarts
-from the model's calibration), the miner's templates beyond the stream's recent ones,
-and the alert context lines.
+deletes it). Not kept: the online tail refit (`OnlineTail`: one per process, fitted on the
+scores of all its streams, so not any one stream's state; a new owner's own fit scores a
+moved stream, a new process starts from the model's calibration), the miner's templates
+beyond the stream's recent ones, and the alert context lines.
 
 Ordering (the guarantee): state is written, acknowledged by all in-sync replicas
 (acks=all, idempotent producer), *before* the offsets that it covers are committed; a

@@ -449,6 +449,12 @@ class Service:
                 await self._restore(assigned)
             finally:
                 self._restored.set()
+        else:  # streams that moved away: if they came back, a stale cache and line count here
+            # would score them against an old context, and keep the cold-start policy off
+            sources = {f"{tp.topic}/{tp.partition}" for tp in assigned}
+            await asyncio.get_running_loop().run_in_executor(
+                self._worker, self.book.forget_unassigned, self.detector, sources
+            )
         PAUSED_PARTITIONS.set(0)
         ASSIGNED_PARTITIONS.set(len(assigned))
         self.health.partitions_assigned = bool(assigned)
@@ -506,6 +512,7 @@ async def serve(settings: ServeSettings) -> int:
         audit = AuditLog(settings.audit_log) if settings.audit_log else None
         options = {
             "device": settings.model.device, "window": settings.model.window,
+            "max_streams": settings.model.max_streams,
             "false_alarm_rate": settings.model.false_alarm_rate, "threshold": settings.model.threshold,
         }  # fmt: skip
         follower, shadow, candidates = None, None, None

@@ -72,6 +72,9 @@ class ModelSettings(_Section):
     device: str = "cpu"
     # Tokens kept in each stream's rolling window; None = the window it was trained with.
     window: int | None = Field(default=None, gt=0)
+    # Streams whose KV cache is resident in the engine (its slots: memory = max_streams x the
+    # per-stream cache); more streams evict the least recently used, re-encoded when they return.
+    max_streams: int = Field(default=64, gt=0)
     # torch intra-op threads on CPU; None = torch's default (one per core). A tiny or small
     # model on a busy CPU scores several times faster with 1 (see docs/serve.md).
     threads: int | None = Field(default=None, gt=0)

@@ -165,3 +165,35 @@ def after_format_change(log: SyntheticLog) -> SyntheticLog:
             line = pattern.sub(new, line)
         lines.append(line)
     return SyntheticLog(lines, log.labels, log.kinds)
+
+
+# Stream-specific context, as real streams carry it (a pod's session, a job id, a user): each
+# stream's lines end in `session=<id>`, six letters drawn at random, none of which the masking
+# rules touch (no digit, shorter than an `<ID>`). A stream opens a new session every
+# SESSION_LINES lines (drawn per session), announced by `INFO session: opened session=<id>`. An id is
+# unpredictable until its stream has said it, so a model can only score a stream's lines well
+# with the stream's own recent lines in context: benchmarks/rebalance.py's workload.
+SESSION_LINES = (20, 60)
+_ID_LETTERS = "bcdfghjklmnpqrstvwxz"  # no vowels: no word the model may already half-know
+
+
+def with_sessions(log: SyntheticLog, seed: int = 0, lines: tuple[int, int] = SESSION_LINES) -> SyntheticLog:
+    """The same log where every stream (`STREAM_KEY`) carries a session id on each line and
+    opens a new one every `lines` (low, high) of its lines; the `opened` lines are normal
+    (label 0, kind None) and share the timestamp of the line they precede."""
+    rng = random.Random(seed)
+    session: dict[str, tuple[str, int]] = {}  # stream -> (id, lines left in it)
+    out = SyntheticLog()
+    for line, label, kind in zip(log.lines, log.labels, log.kinds, strict=True):
+        stamp, stream, _ = line.split(" ", 2)
+        sid, left = session.get(stream, ("", 0))
+        if left == 0:
+            sid, left = "".join(rng.choices(_ID_LETTERS, k=6)), rng.randint(*lines)
+            out.lines.append(f"{stamp} {stream} INFO session: opened session={sid}")
+            out.labels.append(0)
+            out.kinds.append(None)
+        session[stream] = (sid, left - 1)
+        out.lines.append(f"{line} session={sid}")
+        out.labels.append(label)
+        out.kinds.append(kind)
+    return out

@@ -116,6 +116,41 @@ def test_moved_stream_resumes_with_its_context_after_a_rebalance(
     assert set(scores(first)) | set(moved) == set(want)  # every line scored, by one of them
 
 
+def test_without_changelog_streams_of_lost_partitions_are_dropped(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """Without a changelog, a replica that loses a partition drops its streams (cache and
+    line count): were they to come back, they start cold and the cold-start policy applies,
+    instead of scoring against a stale context. So after a split each stream's cache is held
+    by one replica only."""
+    messages = normal_lines(240, seed=32)
+    streams = {key for key, _ in messages}
+    topic, group = new_topic(kafka_broker, partitions=2)
+    first = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
+    produce_split(kafka_broker, topic, messages[:120])
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the first half committed")
+    assert first.metric("logstream_active_streams") == len(streams)
+    second = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
+    wait_for(
+        lambda: (
+            first.metric("logstream_assigned_partitions")
+            == 1
+            == second.metric("logstream_assigned_partitions")
+        ),
+        "the partitions split 1 + 1",
+    )
+    produce_split(kafka_broker, topic, messages[120:])
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the second half committed")
+    wait_for(
+        lambda: (
+            first.metric("logstream_active_streams") + second.metric("logstream_active_streams")
+            == len(streams)
+        ),
+        "each stream resident on one replica",
+    )
+    assert first.terminate() == 0 and second.terminate() == 0
+
+
 def test_changelog_survives_kill_9_and_is_never_behind_the_committed_offsets(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:

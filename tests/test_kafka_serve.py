@@ -468,6 +468,23 @@ def test_quiet_stream_is_closed_and_its_cache_freed(
     assert serve.terminate() == 0
 
 
+def test_model_max_streams_sets_the_engines_resident_streams(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """model.max_streams: 2 holds two streams' caches at most (the rest evicted, rescored
+    from their tokens when they return), though the lines come from six streams."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = normal_lines(60, seed=22)
+    assert len({key for key, _ in messages}) > 2
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group, model={"max_streams": 2}).start()
+    wait_for(serve.ready, "serve ready")
+    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    wait_for(lambda: serve.metric("logstream_lines_total") == len(messages), "the lines scored")
+    # the gauge is set after the batch is handed off, a moment after the line counter
+    wait_for(lambda: serve.metric("logstream_active_streams") == 2, "two resident streams")
+    assert serve.terminate() == 0
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

@@ -41,6 +41,16 @@ def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert settings.http.port == 9109
 
 
+def test_engine_slots_from_yaml_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.max_streams (the engine's resident streams) defaults to 64, is read from the
+    YAML file, and LOGSTREAM_MODEL__MAX_STREAMS overrides it."""
+    assert load_settings(_write(tmp_path, MINIMAL)).model.max_streams == 64
+    path = _write(tmp_path, MINIMAL.replace("runs/model", "runs/model, max_streams: 256"))
+    assert load_settings(path).model.max_streams == 256
+    monkeypatch.setenv("LOGSTREAM_MODEL__MAX_STREAMS", "1024")
+    assert load_settings(path).model.max_streams == 1024
+
+
 def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A SASL password from env never appears in the settings' repr."""
     text = MINIMAL.replace("[logs]", "[logs], sasl_mechanism: PLAIN, sasl_username: u")
@@ -82,6 +92,7 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             "backreferences and lookaround",
         ),
         (MINIMAL + "max_tracked_streams: 0\n", "max_tracked_streams", "greater than 0"),
+        (MINIMAL.replace("runs/model", "runs/model, max_streams: 0"), "model.max_streams", "greater than 0"),
         (
             MINIMAL + "input: {stream_key: json_field}\n",
             "input",
