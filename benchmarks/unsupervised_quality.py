@@ -1,6 +1,6 @@
 """Detection on raw, unlabeled logs: the dev sets of docs/quality.md, side by side.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/unsupervised_quality.py [--out runs/unsupervised]
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/unsupervised_quality.py [--out runs/unsupervised] [--seed N]
 
 What a new user's first backtest does, with every default: `logstream replay FILE
 --auto-train all` (prequential: every line scored by a model that never saw it). The dev
@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/unsupervised"))
     parser.add_argument("--hdfs-runs", type=Path, default=Path("runs"))
     parser.add_argument("--sets", nargs="*", default=[d.name for d in DEV_SETS])
+    parser.add_argument("--seed", type=int, default=0, help="training seed (give each its own --out)")
     args = parser.parse_args()
 
     results: dict[str, dict] = {}
@@ -201,7 +202,10 @@ def main() -> None:
         print(f"{dev.name}:", flush=True)
         lines, labels, kinds = load_set(dev, args.data)
         data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        parts = cached_parts(ReplayOptions(input=Path(dev.file), auto_train="all"), data, args.out / dev.name)
+        options = ReplayOptions(
+            input=Path(dev.file), auto_train="all", train_config=TrainConfig(seed=args.seed)
+        )
+        parts = cached_parts(options, data, args.out / dev.name)
         table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
         results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}
         print(f"  {len(lines)} lines, {sum(labels)} injected, {time.time() - started:.0f} s")
