@@ -76,6 +76,18 @@ def read_changelog(broker: KafkaBroker, topic: str, partitions: int) -> dict[str
     return asyncio.run(read())
 
 
+def wait_split(first: Serve, second: Serve) -> None:
+    """Until the group's two partitions are split one per replica."""
+    wait_for(
+        lambda: (
+            first.metric("logstream_assigned_partitions")
+            == 1
+            == second.metric("logstream_assigned_partitions")
+        ),
+        "the partitions split 1 + 1",
+    )
+
+
 def test_moved_stream_resumes_with_its_context_after_a_rebalance(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -96,14 +108,7 @@ def test_moved_stream_resumes_with_its_context_after_a_rebalance(
     produce_split(kafka_broker, topic, first_half)
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the first half committed")
     second = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group, state=state).start()
-    wait_for(
-        lambda: (
-            first.metric("logstream_assigned_partitions")
-            == 1
-            == second.metric("logstream_assigned_partitions")
-        ),
-        "the partitions split 1 + 1",
-    )
+    wait_split(first, second)
     produce_split(kafka_broker, topic, second_half)
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the second half committed")
     assert first.terminate() == 0 and second.terminate() == 0
@@ -131,14 +136,7 @@ def test_without_changelog_streams_of_lost_partitions_are_dropped(
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the first half committed")
     assert first.metric("logstream_active_streams") == len(streams)
     second = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
-    wait_for(
-        lambda: (
-            first.metric("logstream_assigned_partitions")
-            == 1
-            == second.metric("logstream_assigned_partitions")
-        ),
-        "the partitions split 1 + 1",
-    )
+    wait_split(first, second)
     produce_split(kafka_broker, topic, messages[120:])
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 2), "the second half committed")
     wait_for(
