@@ -124,8 +124,12 @@ def _slug(text: str) -> str:
 def _timelines(report: ReplayReport, texts: Iterable[tuple[int, str, str]]) -> str:
     columns = report.columns
     scores, lines, flagged = columns.scores(), columns.numpy("line"), columns.flagged() > 0
-    stream_of = columns.numpy("stream")
-    by_stream = {name: np.flatnonzero(stream_of == k) for name, k in columns.streams.items()}
+    stream_of = columns.numpy("stream")  # stream numbers 0.., in `columns.streams` order
+    # each stream's positions in one sort, not one pass over all items per stream (sessions:
+    # as many streams as items)
+    order = np.argsort(stream_of, kind="stable")
+    ends = np.cumsum(np.bincount(stream_of, minlength=len(columns.streams)))[:-1]
+    by_stream = dict(zip(columns.streams, np.split(order, ends), strict=False))
     ranked = sorted(by_stream, key=lambda s: -scores[by_stream[s]].max())[:MAX_TIMELINES]
     first = int(lines.min()) if len(lines) else 1
     last = int(lines.max()) if len(lines) else 1
