@@ -45,7 +45,7 @@ class ScoredLine:
     template_id: int | None = None
     template: str | None = None
     known_template: int | None = None  # cluster number of the training template it matched (None: new)
-    top_tokens: tuple[tuple[str, float], ...] = ()
+    top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (anomalies only)
     kind: str = "line"  # "line" | "end"
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
     suppressed: bool = False  # an operator marked its template normal (logstream.feedback)
@@ -101,6 +101,9 @@ class Detector:
     `false_alarm_rate` (or an explicit `threshold` in -log10 p) sets the sensitivity;
     default: the rate saved with the model. The line tail is refitted online on
     unflagged lines (`ScoringConfig.refit_every`), as in serve, so a replay backtests it.
+    `int8_ring` stores each stream's K/V as int8 with per (token, kv head) scales: 1/4 of
+    the ring's memory, CPU only; `dtype` (e.g. torch.bfloat16) sets the weights' and the
+    cache's dtype (benchmarks/ring_precision.py measures what each changes).
     """
 
     def __init__(
@@ -117,6 +120,8 @@ class Detector:
         model_id: str = "",
         false_alarm_rate: float | None = None,
         threshold: float | None = None,
+        int8_ring: bool = False,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         if sinks not in SINK_MODES:
             raise ValueError(f"sinks: unknown {sinks!r}; expected one of {SINK_MODES}")
@@ -140,7 +145,7 @@ class Detector:
         }[sinks]
         self.engine = StreamingEngine(
             model, sink_ids, window=window or meta["window"], max_streams=max_streams,
-            chunk_tokens=chunk_tokens, device=device,
+            chunk_tokens=chunk_tokens, device=device, int8_ring=int8_ring, dtype=dtype,
         )  # fmt: skip
         self.peak_cache_bytes = 0  # the most cache memory held after any batch
 
@@ -229,6 +234,7 @@ class Detector:
             suppressed = (
                 score > threshold and self.feedback is not None and self.feedback.is_normal(mined.template)
             )
+            alerting = score > threshold and not suppressed  # only alerts pay for their explanation
             out.append(
                 ScoredLine(
                     record=record,
@@ -245,10 +251,10 @@ class Detector:
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
                         for pos, nll_ in evidence.surprisal.top_tokens
-                    ),
-                    explanation=self._explain(record, masked[i], token_nll, mined.new)
-                    if score > threshold and not suppressed
-                    else None,
+                    )
+                    if alerting
+                    else (),
+                    explanation=self._explain(record, masked[i], token_nll, mined.new) if alerting else None,
                     suppressed=suppressed,
                 )
             )

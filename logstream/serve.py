@@ -512,7 +512,7 @@ async def serve(settings: ServeSettings) -> int:
         audit = AuditLog(settings.audit_log) if settings.audit_log else None
         options = {
             "device": settings.model.device, "window": settings.model.window,
-            "max_streams": settings.model.max_streams,
+            "max_streams": settings.model.max_streams, "int8_ring": settings.model.int8_ring,
             "false_alarm_rate": settings.model.false_alarm_rate, "threshold": settings.model.threshold,
         }  # fmt: skip
         follower, shadow, candidates = None, None, None

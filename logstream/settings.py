@@ -75,6 +75,9 @@ class ModelSettings(_Section):
     # Streams whose KV cache is resident in the engine (its slots: memory = max_streams x the
     # per-stream cache); more streams evict the least recently used, re-encoded when they return.
     max_streams: int = Field(default=64, gt=0)
+    # Keep each stream's K/V as int8 with per (token, kv head) scales: 1/4 of the ring's
+    # memory, no line changed side of the threshold in benchmarks/ring_precision.py. CPU only.
+    int8_ring: bool = False
     # torch intra-op threads on CPU; None = torch's default (one per core). A tiny or small
     # model on a busy CPU scores several times faster with 1 (see docs/serve.md).
     threads: int | None = Field(default=None, gt=0)
@@ -88,6 +91,8 @@ class ModelSettings(_Section):
     def _one_model_source(self) -> ModelSettings:
         if (self.dir is None) == (self.store is None):
             raise ValueError("set exactly one of model.dir and model.store")
+        if self.int8_ring and self.device.startswith("cuda"):
+            raise ValueError("model.int8_ring is CPU only: the Triton kernels do not read int8 yet")
         if self.shadow is not None and self.store is None:
             raise ValueError("model.shadow names a store version: it needs model.store")
         if self.candidate_every_seconds is not None and self.store is None:

@@ -43,12 +43,15 @@ def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_engine_slots_from_yaml_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """model.max_streams (the engine's resident streams) defaults to 64, is read from the
-    YAML file, and LOGSTREAM_MODEL__MAX_STREAMS overrides it."""
+    YAML file, and LOGSTREAM_MODEL__MAX_STREAMS overrides it; model.int8_ring likewise (off)."""
     assert load_settings(_write(tmp_path, MINIMAL)).model.max_streams == 64
     path = _write(tmp_path, MINIMAL.replace("runs/model", "runs/model, max_streams: 256"))
     assert load_settings(path).model.max_streams == 256
     monkeypatch.setenv("LOGSTREAM_MODEL__MAX_STREAMS", "1024")
     assert load_settings(path).model.max_streams == 1024
+    assert not load_settings(path).model.int8_ring
+    monkeypatch.setenv("LOGSTREAM_MODEL__INT8_RING", "true")
+    assert load_settings(path).model.int8_ring
 
 
 def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +96,11 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ),
         (MINIMAL + "max_tracked_streams: 0\n", "max_tracked_streams", "greater than 0"),
         (MINIMAL.replace("runs/model", "runs/model, max_streams: 0"), "model.max_streams", "greater than 0"),
+        (
+            MINIMAL.replace("runs/model", "runs/model, device: cuda, int8_ring: true"),
+            "model",
+            "int8_ring is CPU only",
+        ),
         (
             MINIMAL + "input: {stream_key: json_field}\n",
             "input",
