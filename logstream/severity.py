@@ -4,8 +4,10 @@ Severity is a *prior* (DESIGN "Scoring"): a surprising ERROR line matters more t
 surprising INFO line. Many real logs have no level field (syslog, kernel, sshd) and say
 what went wrong in words, in any case: `Out of memory: Kill process`, `EXT3-fs error`,
 `Remounting filesystem read-only`, `segfault at 0`. So a line's severity is the higher
-of its level field and the failure words it contains. The prior itself (how many nats
-each severity adds to the surprisal) lives in `scoring.ScoringConfig`.
+of its level field and the failure words it contains, except that a line its writer marked
+debug or info keeps that level: the writer judged it routine (Hadoop logs `INFO ... Cannot
+assign container` and Zookeeper `INFO ... Notification time out` by the hundred). The prior
+itself (how many nats each severity adds to the surprisal) lives in `scoring.ScoringConfig`.
 
 The words are regexes matched case-insensitively on word boundaries; a word right after
 `no `, `0 ` or `without ` does not count (`0 errors`, `no error`). They are saved in the
@@ -21,6 +23,7 @@ from functools import lru_cache
 from logstream.normalize import MAX_LINE_CHARS, parse_level
 
 SEVERITY_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+ROUTINE_LEVELS = ("debug", "info")  # a level field its writer chose for routine lines: words do not raise it
 
 DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
     "critical": (
@@ -76,9 +79,12 @@ def check_failure_words(words: dict[str, list[str]]) -> None:
 def line_severity(
     line: str, words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None
 ) -> str | None:
-    """The higher of the line's level field and its failure words (None if it has neither)."""
+    """The higher of the line's level field and its failure words (None if it has neither);
+    a debug or info level field is kept as it is."""
     text = line[:MAX_LINE_CHARS]
     level = parse_level(text)
+    if level in ROUTINE_LEVELS:
+        return level
     any_word, by_severity = _compile(_key(DEFAULT_FAILURE_WORDS if words is None else words))
     if any_word is None or not any_word.search(text):
         return level

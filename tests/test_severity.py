@@ -22,12 +22,15 @@ from logstream.severity import line_severity
         ("backup finished with no error", None),
         ("2015-10-18 18:01:47,978 INFO [main] started", "info"),
         ("2015-10-18 18:01:47,978 WARN [main] disk slow", "warning"),
-        ("2015-10-18 18:01:47,978 INFO [main] task failed", "error"),
+        ("2015-10-18 18:01:47,978 INFO [main] task failed", "info"),
+        ("2015-10-18 18:01:47,978 WARN [main] task failed", "error"),
+        ("2015-07-29 17:41:44,747 - INFO  [QuorumPeer[myid=1]] - Notification time out: 3200", "info"),
         ("ntpd[2000]: synchronized to 10.100.14.250, stratum 3", None),
     ],
 )
 def test_severity_reads_level_fields_and_failure_words(line: str, severity: str | None) -> None:
-    """Lower-case failure words count like a level; a level field counts; negated counts do not."""
+    """Lower-case failure words count like a level; a level field counts; negated counts do not;
+    words do not raise a line its writer marked info or debug, they do raise a warning."""
     assert line_severity(line) == severity
 
 
