@@ -100,7 +100,8 @@ class Detector:
 
     `false_alarm_rate` (or an explicit `threshold` in -log10 p) sets the sensitivity;
     default: the rate saved with the model. The line tail is refitted online on
-    unflagged lines (`ScoringConfig.refit_every`), as in serve, so a replay backtests it.
+    unflagged lines (`ScoringConfig.refit_every`), line by line, so a replay backtests
+    serve whatever the batches.
     `int8_ring` stores each stream's K/V as int8 with per (token, kv head) scales: 1/4 of
     the ring's memory, CPU only; `dtype` (e.g. torch.bfloat16) sets the weights' and the
     cache's dtype (benchmarks/ring_precision.py measures what each changes).
@@ -221,7 +222,6 @@ class Detector:
         masked, token_ids, surprisal = self.token_surprisal(records)
         self.peak_cache_bytes = max(self.peak_cache_bytes, self.engine.cache_bytes)
         threshold = self.threshold
-        fit = self.online.fit if self.online else None
         if self.feedback is not None:
             self.feedback.refresh()  # at most every refresh_seconds: another replica's verdicts
         out = []
@@ -230,7 +230,7 @@ class Detector:
             repeats = self.recent.add(record.stream, mined.template_id)
             known = mined.cluster if mined.cluster <= self.known_clusters else None
             evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
-            score = self.calibration.line_score(evidence.raw, fit)
+            score = self.calibration.line_score(evidence.raw, self.online.fit if self.online else None)
             suppressed = (
                 score > threshold and self.feedback is not None and self.feedback.is_normal(mined.template)
             )
@@ -258,8 +258,8 @@ class Detector:
                     suppressed=suppressed,
                 )
             )
-        if self.online is not None:  # by score: feedback must not move the tail fit
-            self.online.observe([s.raw for s in out], [s.score > s.threshold for s in out])
+            if self.online is not None:  # by score: feedback must not move the tail fit
+                self.online.observe(evidence.raw, score > threshold)
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

@@ -239,9 +239,10 @@ def reference_sample(scores: list[float], size: int = REFERENCE_SIZE) -> list[fl
 class OnlineTail:
     """DSPOT-style refits: the calibration sample plus the latest unflagged scores.
 
-    `observe` takes the raw scores of a batch and whether each was flagged; every
-    `refit_every` unflagged scores the tail is fitted again. Flagged scores are
-    never added, so an incident cannot teach the threshold to accept it.
+    `observe` takes one raw score and whether it was flagged, line by line, so a refit
+    takes effect from the next line on, however the lines were batched (replay and serve
+    batch differently); every `refit_every` unflagged scores the tail is fitted again.
+    Flagged scores are never added, so an incident cannot teach the threshold to accept it.
     """
 
     def __init__(self, fit: TailFit, reference: list[float], refit_every: int = 500) -> None:
@@ -251,13 +252,11 @@ class OnlineTail:
         self._refit_every = refit_every
         self._since_refit = 0
 
-    def observe(self, raw_scores: list[float], flagged: list[bool]) -> None:
-        if self._refit_every <= 0 or not self._reference:
+    def observe(self, raw: float, flagged: bool) -> None:
+        if self._refit_every <= 0 or not self._reference or flagged or not math.isfinite(raw):
             return
-        for raw, is_flagged in zip(raw_scores, flagged, strict=True):
-            if not is_flagged and math.isfinite(raw):
-                self._recent.append(raw)
-                self._since_refit += 1
+        self._recent.append(raw)
+        self._since_refit += 1
         if self._since_refit >= self._refit_every:
             self.fit = fit_tail([*self._reference, *self._recent])
             self._since_refit = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from logstream.detector import Detector
 from logstream.incidents import inject
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
-from logstream.synth import STREAM_KEY, generate_lines
+from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.train import TrainConfig, train
 
 LINUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub" / "Linux_2k.log"
@@ -95,3 +96,20 @@ def test_a_1000_line_baseline_flags_the_injected_oom() -> None:
     assert oom and all(s.is_anomaly for s in oom), [(s.score, s.record.line) for s in oom]
     normal = [s.is_anomaly for s, label in zip(scored, later.labels, strict=True) if label == 0]
     assert np.mean(normal) <= 0.02
+
+
+def test_online_refits_do_not_depend_on_the_batches(synthetic_model_dir: Path) -> None:
+    """The line tail is refitted line by line: the same lines scored in one batch (replay) or
+    in batches of 7 (serve's polls) get the same scores and flags, across several refits."""
+    log = generate_lines(700, seed=4, incidents=INCIDENT_KINDS * 2, incident_start=0.2)
+    records = parse_lines(log.lines, STREAM_KEY)
+    one, many = (Detector.load(synthetic_model_dir, device="cpu") for _ in range(2))
+    for detector in (one, many):
+        calibration = detector.calibration
+        detector.calibration = replace(calibration, config=replace(calibration.config, refit_every=100))
+    first_fit = one.online.fit
+    whole = one.score(records)
+    batched = [line for start in range(0, len(records), 7) for line in many.score(records[start : start + 7])]
+    assert one.online.fit != first_fit  # the tail was refitted on the way
+    assert [a.is_anomaly for a in whole] == [b.is_anomaly for b in batched]
+    assert max(abs(a.score - b.score) for a, b in zip(whole, batched, strict=True)) < 1e-3

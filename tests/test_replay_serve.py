@@ -6,8 +6,9 @@ Both read the lines through the same `RecordParser` (plain lines, the stream fro
 regex), score them with one `Detector` and build their anomalies with `Detector.anomaly`.
 What may differ, by design: serve scores whatever Kafka hands it in batches (so a line's
 float score may differ in the last digits), its clock is the wall clock (replay's is the log's
-own), and its alerts carry topic/partition@offset where replay's carry path:line. The file is
-shorter than the online refit interval (`refit_every`), so batching cannot move the tail.
+own), and its alerts carry topic/partition@offset where replay's carry path:line. Online
+refits of the tail happen line by line, so batching does not move them either
+(tests/test_calibrated_scores.py checks that across refits).
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from http_receivers import Receiver
 from kafka_broker import KafkaBroker, produce
 from test_kafka_serve import Serve, fully_committed, new_topic, read_jsonl, wait_for
 
-from logstream.scoring import ScoringConfig
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 pytestmark = pytest.mark.kafka
-LINES = 360  # < refit_every: no online refit, whose timing depends on the batches
+LINES = 360
 SCORE_TOLERANCE = 1e-3  # serve batches differently: the same score up to float noise
 
 
@@ -48,7 +48,6 @@ def test_replay_and_serve_give_the_same_anomalies_and_alert_groups(
     """One synthetic log with every incident kind: replay --alerts --deliver and serve (sink:
     alerts) flag the same lines with the same scores, and notify the same groups, each
     starting with the same line."""
-    assert ScoringConfig().refit_every > LINES
     log = generate_lines(LINES, seed=23, incidents=INCIDENT_KINDS * 2, incident_start=0.3)
     path = tmp_path / "app.log"
     path.write_text("\n".join(log.lines) + "\n", encoding="utf-8")

@@ -117,8 +117,9 @@ def test_online_refit_follows_drift_but_never_learns_flagged_scores() -> None:
     reference = reference_sample(list(rng.exponential(1.0, 1000)))
     drifted = list(2 + rng.exponential(1.0, 3000))
     learns, ignores = (OnlineTail(fit_tail(reference), reference, refit_every=500) for _ in range(2))
-    learns.observe(drifted, [False] * len(drifted))
-    ignores.observe(drifted, [True] * len(drifted))
+    for raw in drifted:
+        learns.observe(raw, flagged=False)
+        ignores.observe(raw, flagged=True)
     assert learns.fit.raw_threshold(1e-3) > ignores.fit.raw_threshold(1e-3) + 1
     assert ignores.fit == fit_tail(reference)
 
