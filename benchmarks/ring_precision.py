@@ -35,14 +35,14 @@ VARIANTS: dict[str, dict[str, object]] = {
     "int8 ring": {"int8_ring": True},
     "bf16 weights and cache": {"dtype": torch.bfloat16},
 }
-STREAMS_PER_BATCH = 64  # sessions scored together, as calibration scores them
 
 
 def score(detector: Detector, streams: list[Stream]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(line scores, line surprisals, line flags, session flags), in input order."""
     scores, surprisal, flagged, sessions = [], [], [], []
-    for start in range(0, len(streams), STREAMS_PER_BATCH):
-        for session in detector.score_streams(streams[start : start + STREAMS_PER_BATCH]):
+    group = detector.engine.max_streams  # sessions scored together, as calibration scores them
+    for start in range(0, len(streams), group):
+        for session in detector.score_streams(streams[start : start + group]):
             scores += [s.score for s in session.lines]
             surprisal += [s.surprisal for s in session.lines]
             flagged += [s.is_anomaly for s in session.lines]

@@ -231,10 +231,9 @@ class Detector:
             known = mined.cluster if mined.cluster <= self.known_clusters else None
             evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
             score = self.calibration.line_score(evidence.raw, self.online.fit if self.online else None)
-            suppressed = (
-                score > threshold and self.feedback is not None and self.feedback.is_normal(mined.template)
-            )
-            alerting = score > threshold and not suppressed  # only alerts pay for their explanation
+            over = score > threshold
+            suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
+            alerting = over and not suppressed  # only alerts pay for their explanation
             out.append(
                 ScoredLine(
                     record=record,
@@ -259,7 +258,7 @@ class Detector:
                 )
             )
             if self.online is not None:  # by score: feedback must not move the tail fit
-                self.online.observe(evidence.raw, score > threshold)
+                self.online.observe(evidence.raw, over)
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

@@ -91,12 +91,16 @@ class ModelSettings(_Section):
     def _one_model_source(self) -> ModelSettings:
         if (self.dir is None) == (self.store is None):
             raise ValueError("set exactly one of model.dir and model.store")
-        if self.int8_ring and self.device.startswith("cuda"):
-            raise ValueError("model.int8_ring is CPU only: the Triton kernels do not read int8 yet")
         if self.shadow is not None and self.store is None:
             raise ValueError("model.shadow names a store version: it needs model.store")
         if self.candidate_every_seconds is not None and self.store is None:
             raise ValueError("model.candidate_every_seconds adds versions to a store: it needs model.store")
+        return self
+
+    @model_validator(mode="after")
+    def _int8_ring_on_cpu(self) -> ModelSettings:
+        if self.int8_ring and self.device.startswith("cuda"):
+            raise ValueError("model.int8_ring is CPU only: the Triton kernels do not read int8 yet")
         return self
 
 
