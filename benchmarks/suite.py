@@ -164,17 +164,19 @@ def percentile_ms(seconds: list[float], q: float) -> float:
 
 @dataclass
 class Encoded:
-    """Lines of one stream, their token ids and labels (1 = incident)."""
+    """Lines of one stream, their token ids, which tokens begin a word, and labels (1 = incident)."""
 
     lines: list[str]
     ids: list[list[int]]
+    words: list[np.ndarray]
     labels: list[int]
 
 
 def encode(trained: Trained, lines: list[str], labels: list[int] | None = None) -> Encoded:
     normalizer = Normalizer.from_json(trained.meta["mask_rules"])
     ids = trained.tokenizer.encode_lines([normalizer.mask(line) for line in lines])
-    return Encoded(lines, ids, labels if labels is not None else [0] * len(lines))
+    words = [trained.tokenizer.word_starts(line_ids) for line_ids in ids]
+    return Encoded(lines, ids, words, labels if labels is not None else [0] * len(lines))
 
 
 def web_stream(n: int, seed: int, incidents_per_line: float = 0.0) -> tuple[list[str], list[int]]:
@@ -225,12 +227,16 @@ def calibration_of(trained: Trained) -> Calibration:
     return Calibration.from_json(trained.meta["calibration"])
 
 
-def scores_of(calibration: Calibration, nlls: list[np.ndarray], lines: list[str]) -> np.ndarray:
+def scores_of(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> np.ndarray:
     """Raw line scores (`detector.line_evidence` with the model's calibration; no novelty): the
-    benchmark compares models and caches, each with its own quantile threshold, not the tails."""
-    return np.array(
-        [line_evidence(calibration, nll, line).raw for nll, line in zip(nlls, lines, strict=True)]
-    )
+    benchmark compares models and caches, each with its own quantile threshold, not the tails.
+    A line scored without its first token (nothing before it) loses that token's word start."""
+    out = []
+    for nll, words, line in zip(nlls, data.words, data.lines, strict=True):
+        if len(nll) < len(words):
+            words = np.r_[True, words[len(words) - len(nll) + 1 :]]
+        out.append(line_evidence(calibration, nll, line, word_starts=words).raw)
+    return np.array(out)
 
 
 def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
@@ -241,7 +247,7 @@ def perplexity(nlls: list[np.ndarray], labels: list[int]) -> float:
 
 def quality(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> dict[str, float]:
     labels = np.array(data.labels)
-    ap = auc_pr(scores_of(calibration, nlls, data.lines), labels) if labels.any() else float("nan")
+    ap = auc_pr(scores_of(calibration, nlls, data), labels) if labels.any() else float("nan")
     return {"perplexity": perplexity(nlls, data.labels), "auc_pr": round(ap, 4)}
 
 
@@ -292,7 +298,7 @@ def _engine_method(
 
 
 def _part(stream: Encoded, part: slice) -> Encoded:
-    return Encoded(stream.lines[part], stream.ids[part], stream.labels[part])
+    return Encoded(stream.lines[part], stream.ids[part], stream.words[part], stream.labels[part])
 
 
 def _line_nll(logits: torch.Tensor, targets: list[int]) -> np.ndarray:
@@ -544,10 +550,10 @@ def ablation_section(trained: Trained, config: BenchConfig) -> dict[str, Any]:
         per_stream = [nll[str(k)] for k in range(len(streams))]
         everything = Encoded(
             [line for s in streams for line in s.lines], [i for s in streams for i in s.ids],
-            [y for s in streams for y in s.labels],
+            [w for s in streams for w in s.words], [y for s in streams for y in s.labels],
         )  # fmt: skip
         result = quality(calibration, [n for p in per_stream for n in p], everything)
-        scores = [scores_of(calibration, p, s.lines) for p, s in zip(per_stream, streams, strict=True)]
+        scores = [scores_of(calibration, p, s) for p, s in zip(per_stream, streams, strict=True)]
         result |= {
             "score_before_roll": _mean_normal(scores, streams, lambda k: range(1, rolls[k])),
             "score_after_roll": _mean_normal(scores, streams, lambda k: range(rolls[k], rolls[k] + 5)),

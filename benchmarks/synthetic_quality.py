@@ -1,4 +1,4 @@
-"""Which line score catches the synthetic incidents? Mean of all tokens vs mean of the top-k.
+"""Which line score catches the synthetic incidents? Mean of all words or tokens vs the top k.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/synthetic_quality.py [--steps 600]
 
@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 
 import numpy as np
 
 from logstream.detector import Detector, line_evidence
 from logstream.inputs import parse_lines, streams_from_lines
+from logstream.scoring import LINE_UNITS
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.train import TrainConfig, train
 
 
-def token_nll(detector: Detector, lines: list[str]) -> list[np.ndarray]:
-    """Per-line token surprisal, every stream starting fresh."""
+def token_nll(detector: Detector, lines: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-line token surprisal and word starts, every stream starting fresh."""
     records = parse_lines(lines, STREAM_KEY)
-    _, _, surprisal = detector.token_surprisal(records)
+    _, ids, surprisal = detector.token_surprisal(records)
     for stream in {r.stream for r in records}:
         detector.engine.drop(stream)
-    return surprisal
+    return surprisal, [detector.tokenizer.word_starts(line_ids) for line_ids in ids]
 
 
 def main() -> None:
@@ -47,14 +49,19 @@ def main() -> None:
     normal_nll, test_nll = token_nll(detector, normal.lines), token_nll(detector, test.lines)
     labels = np.array(test.labels)
     results = {}
-    for top_k in (0, 1, 2, 3, 4):
+    for unit, top_k in itertools.product(LINE_UNITS, (0, 1, 2, 3, 4)):
         # raw scores (nats + the model's own severity priors; no tails, no novelty): top-k varies
-        config = dataclasses.replace(detector.scoring, line_top_k=top_k)
+        config = dataclasses.replace(detector.scoring, line_top_k=top_k, line_unit=unit)
         calibration = dataclasses.replace(detector.calibration, config=config)
 
-        def scores(nll: list[np.ndarray], lines: list[str], calibration=calibration) -> np.ndarray:
+        def scores(
+            nll: tuple[list[np.ndarray], list[np.ndarray]], lines: list[str], calibration=calibration
+        ) -> np.ndarray:
             return np.array(
-                [line_evidence(calibration, x, line).raw for x, line in zip(nll, lines, strict=True)]
+                [
+                    line_evidence(calibration, x, line, word_starts=words).raw
+                    for x, words, line in zip(*nll, lines, strict=True)
+                ]
             )
 
         threshold = float(np.quantile(scores(normal_nll, normal.lines), 0.995))
@@ -65,7 +72,7 @@ def main() -> None:
             for kind in INCIDENT_KINDS
         }
         false_alarms = int(((test_scores > threshold) & (labels == 0)).sum())
-        name = "mean of all tokens" if top_k == 0 else f"mean of top-{top_k} tokens"
+        name = f"mean of all {unit}s" if top_k == 0 else f"mean of top-{top_k} {unit}s"
         results[name] = {
             "caught": caught,
             "false_alarms": false_alarms,

@@ -29,7 +29,7 @@ from logstream.demo import write_demo_logs
 from logstream.errors import UserError
 from logstream.feedback_cli import app as feedback_app
 from logstream.models_cli import app as models_app
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, DEFAULT_LINE_UNIT
 from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ def _root(
 class Format(StrEnum):
     lines = "lines"
     sessions = "sessions"
+
+
+class LineUnit(StrEnum):  # scoring.LINE_UNITS; the default is scoring.DEFAULT_LINE_UNIT
+    word = "word"
+    token = "token"
 
 
 class AutoTrain(StrEnum):
@@ -143,7 +148,7 @@ FormatOpt = Annotated[
 def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
     line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
-    stream_key: str | None = None,
+    stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT,
 ) -> TrainConfig:  # fmt: skip
     from logstream.scoring import ScoringConfig
     from logstream.train import TrainConfig
@@ -151,7 +156,9 @@ def _train_config(
     if preset != "auto" and preset not in PRESET_NAMES:
         raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESET_NAMES)}")
     scoring = ScoringConfig(
-        line_top_k=line_top_k, false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE
+        line_top_k=line_top_k,
+        line_unit=line_unit,
+        false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE,
     )
     return TrainConfig(
         preset=preset, window=window or TrainConfig.window, fit_window=window is None, seed=seed,
@@ -194,9 +201,16 @@ def train_command(
     line_top_k: Annotated[
         int,
         typer.Option(
-            min=0, help="Line score: mean surprisal of the line's k most surprising tokens (0: all tokens)."
+            min=0, help="Line score: mean surprisal of the line's k most surprising words (0: all of them)."
         ),
     ] = DEFAULT_LINE_TOP_K,
+    line_unit: Annotated[
+        LineUnit,
+        typer.Option(
+            help="What --line-top-k counts: words (each by its most surprising token) or tokens "
+            "(BPE pieces; the default before stop 14, quieter on some logs: docs/quality.md)."
+        ),
+    ] = LineUnit.word,
     from_model: Annotated[
         Path | None,
         typer.Option(
@@ -234,7 +248,7 @@ def train_command(
         raise fail("--prompt-only needs --from MODEL and no --feedback (it changes no weights)")
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
-        stream_key if format is Format.lines else None,
+        stream_key if format is Format.lines else None, line_unit.value,
     )  # fmt: skip
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:

@@ -84,12 +84,16 @@ def line_evidence(
     novel: bool = False,
     repeats: int = 0,
     template: int | None = None,
+    word_starts: np.ndarray | None = None,
 ) -> LineEvidence:
     """The raw line score (what the line tail calibrates), the one formula: token surprisal
-    -> top-k line surprisal -> plus the level and novelty priors, less the burst discount and
-    the known `template`'s offset (`Calibration.evidence`)."""
+    -> top-k line surprisal (of words: `word_starts` says which tokens begin one; or of
+    tokens, as `line_unit` says) -> plus the level and novelty priors, less the burst
+    discount and the known `template`'s offset (`Calibration.evidence`)."""
     config = calibration.config
-    surprisal = line_score(token_nll, config.line_top_k)
+    if config.line_unit == "word" and word_starts is None:
+        raise ValueError("line_evidence: line_unit 'word' needs the line's word_starts")
+    surprisal = line_score(token_nll, config.line_top_k, word_starts if config.line_unit == "word" else None)
     level = config.severity(line)
     raw = calibration.evidence(Observation(surprisal.surprisal, level, novel, repeats, template))
     return LineEvidence(surprisal, level, raw)
@@ -229,7 +233,10 @@ class Detector:
             mined = self.miner.add(masked[i])
             repeats = self.recent.add(record.stream, mined.template_id)
             known = mined.cluster if mined.cluster <= self.known_clusters else None
-            evidence = line_evidence(self.calibration, token_nll, record.line, mined.new, repeats, known)
+            words = self.tokenizer.word_starts(token_ids[i]) if self.scoring.line_unit == "word" else None
+            evidence = line_evidence(
+                self.calibration, token_nll, record.line, mined.new, repeats, known, words
+            )
             score = self.calibration.line_score(evidence.raw, self.online.fit if self.online else None)
             over = score > threshold
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)

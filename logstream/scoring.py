@@ -1,8 +1,11 @@
 """From token surprisal to calibrated scores: line, stream end and session.
 
 - Line evidence, in nats: the model's surprisal of the line (mean of its `top_k` most
-  surprising tokens; top_k = 0: all tokens, DESIGN's plain mean; the default 3 is the
-  issue winning over DESIGN) + the severity prior + the novelty bonus.
+  surprising words, each word by its most surprising token; top_k = 0: all of them,
+  DESIGN's plain mean; the default 3 is the issue winning over DESIGN) + the severity
+  prior + the novelty bonus. Words, not tokens (`line_unit`): BPE cuts a word it never
+  saw into several rare pieces, so a top 3 of tokens was filled by one new word, and a
+  line with one new name scored like a line of three new words (docs/quality.md).
   - severity (the level field or failure words, `severity.line_severity`): an error line
     needs 2 nats (a factor e^2 ~ 7 in probability) less surprise to score as high as a
     plain line; Datadog's log anomaly detection looks only at warn/error logs, we weigh
@@ -61,6 +64,8 @@ DEFAULT_SEVERITY_PRIOR = {"warning": 0.5, "error": 2.0, "critical": 3.0}
 DEFAULT_NOVELTY = 0.0
 DEFAULT_FALSE_ALARM_RATE = 1e-3
 DEFAULT_LINE_TOP_K = 3
+LINE_UNITS = ("word", "token")  # what top_k counts; models saved before stop 14 counted tokens
+DEFAULT_LINE_UNIT = "word"
 DEFAULT_REPEAT_WINDOW = 0  # off; 128 lines (a 2048-token context holds about 100) when on
 EXPLAIN_TOKENS = 3  # surprising tokens kept to explain an alert
 # ablations: "empirical" tails only (no GPD); "raw": evidence in nats, thresholded at each
@@ -77,13 +82,21 @@ CENTER_SHRINK = 2.0
 
 @dataclass(frozen=True)
 class LineScore:
-    surprisal: float  # mean NLL of the top_k most surprising tokens, nats
+    surprisal: float  # mean NLL of the top_k most surprising words (or tokens), nats
     top_tokens: tuple[tuple[int, float], ...]  # (token position in line, NLL), most surprising first
 
 
-def line_score(token_nll: np.ndarray, top_k: int = DEFAULT_LINE_TOP_K) -> LineScore:
+def line_score(
+    token_nll: np.ndarray, top_k: int = DEFAULT_LINE_TOP_K, word_starts: np.ndarray | None = None
+) -> LineScore:
+    """Mean of the `top_k` most surprising tokens (0: all of them); with `word_starts` (which
+    tokens begin a word, `LineTokenizer.word_starts`) each word counts once, by its most
+    surprising token, so an unseen word that BPE cut into five rare pieces fills one place."""
     order = np.argsort(-token_nll, kind="stable")
-    surprisal = token_nll[order[:top_k]].mean() if top_k > 0 else token_nll.mean()
+    units = token_nll  # [tokens] or, per word, its most surprising token: [words]
+    if word_starts is not None and len(token_nll):
+        units = np.maximum.reduceat(token_nll, np.flatnonzero(word_starts))
+    surprisal = -np.sort(-units)[:top_k].mean() if top_k > 0 else units.mean()
     return LineScore(
         surprisal=float(surprisal) if len(token_nll) else 0.0,
         top_tokens=tuple((int(i), float(token_nll[i])) for i in order[:EXPLAIN_TOKENS]),
@@ -106,6 +119,7 @@ class ScoringConfig:
     refit_every: int = 500  # online refit (DSPOT-style) every N unflagged lines; 0 = never
     repeat_window: int = DEFAULT_REPEAT_WINDOW  # lines a pattern's repeats are counted over; 0 = off
     template_centering: bool = False  # judge a known template's lines against its usual surprise
+    line_unit: str = DEFAULT_LINE_UNIT  # top_k over "word"s (each by its most surprising token) or "token"s
 
     def __post_init__(self) -> None:
         for name, kind in (
@@ -131,6 +145,8 @@ class ScoringConfig:
             raise ValueError(f"tail_model: unknown {self.tail_model!r}; expected one of {TAIL_MODELS}")
         if not 0 < self.false_alarm_rate < 1:
             raise ValueError(f"false_alarm_rate: {self.false_alarm_rate} is not in (0, 1)")
+        if self.line_unit not in LINE_UNITS:
+            raise ValueError(f"line_unit: unknown {self.line_unit!r}; expected one of {LINE_UNITS}")
         if self.line_top_k < 0:
             raise ValueError(f"line_top_k: {self.line_top_k} is negative")
         check_failure_words(self.failure_words)
@@ -227,6 +243,7 @@ class Calibration:
             raise TypeError(f"template_offsets: expected a mapping, got {type(offsets).__name__}")
         values = finite_list(list(offsets.values()), "template_offsets")
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
+        config = {"line_unit": "token"} | config  # saved before words counted: its tails are of tokens
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

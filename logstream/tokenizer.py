@@ -7,9 +7,11 @@ line and a stream's tokens are the concatenation of its lines' tokens.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -42,6 +44,22 @@ class LineTokenizer:
         self.bos_id: int = tokenizer.bos_token_id
         self.eos_id: int = tokenizer.eos_token_id
         self.vocab_size = len(tokenizer)
+        texts = [self.token_text(i) for i in range(self.vocab_size)]
+        self._leading_space = np.array([t[:1].isspace() for t in texts])
+        self._all_space = np.array([t.isspace() for t in texts])
+        self._first_class = np.array([_char_class(t[:1]) for t in texts])
+        self._last_class = np.array([_char_class(t[-1:]) for t in texts])
+
+    def word_starts(self, ids: list[int]) -> np.ndarray:
+        """Which tokens of a line begin a word: a pre-token of the byte-level BPE (a run of
+        letters, of digits or of other characters, with its leading space), the unit that
+        BPE merges never cross. An unseen word is cut into several rare pieces."""
+        ids_ = np.asarray(ids)
+        starts = self._leading_space[ids_]
+        class_change = self._first_class[ids_[1:]] != self._last_class[ids_[:-1]]
+        starts[1:] |= class_change & ~self._all_space[ids_[:-1]]  # " drop" may be cut as " " + "drop"
+        starts[:1] = True
+        return starts
 
     def encode_lines(self, masked_lines: list[str]) -> list[list[int]]:
         """Token ids of each `line + newline`; overlong lines keep their head and the newline."""
@@ -73,3 +91,11 @@ def prompt_ids(tokenizer: LineTokenizer, prompt_lines: list[str], max_tokens: in
             break
         ids.extend(line_ids)
     return ids
+
+
+def _char_class(char: str) -> int:
+    """0 letter, 1 digit, 2 anything else (the byte-level pre-tokenizer's classes)."""
+    if not char:
+        return 2
+    category = unicodedata.category(char)
+    return 0 if category.startswith("L") else 1 if category.startswith("N") else 2

@@ -63,6 +63,7 @@ def test_train_writes_a_model_directory(cli_model: Path) -> None:
     assert (
         meta["calibration"]["line"]["samples"] > 0 and meta["calibration"]["config"]["false_alarm_rate"] > 0
     )
+    assert meta["calibration"]["config"]["line_unit"] == "word"  # the line score's top k counts words
 
 
 def test_replay_json_summary_with_labels(cli_model: Path, tmp_path: Path) -> None:
