@@ -13,7 +13,8 @@ default sensitivity, for:
 - logstream (defaults), and logstream with each piece removed (ablations): the calibrated
   unit (raw nats, each model's own quantile threshold), the GPD tail (empirical tail
   only), severity from content (level field only), the online (DSPOT) refits of the tail,
-  the line score's words (its top 3 of tokens instead); and with novelty added (its default weight is 0: measured not to help);
+  the line score's words (its top 3 of tokens instead); and with novelty added (its default
+  weight is 0: measured not to help);
 - peers without a model: a severity-only rule (error/critical words or level), Drain
   rarity offline (template frequency over the whole file) and online (so far), and
   severity then online rarity.
