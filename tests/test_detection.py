@@ -3,7 +3,7 @@ threshold, and normal lines stay quiet (at about the calibrated false-alarm rate
 
 The detector runs at a false-alarm rate of 5e-3 (score threshold 2.3), the sensitivity of the
 old 0.995-quantile default: a broken order is one surprising token, which the quieter default
-(1e-3) misses on this small system (docs/quality.md)."""
+(3e-4) misses on this small system (docs/quality.md)."""
 
 from __future__ import annotations
 
