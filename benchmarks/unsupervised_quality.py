@@ -18,10 +18,14 @@ default sensitivity, for:
 - peers without a model: a severity-only rule (error/critical words or level), Drain
   rarity offline (template frequency over the whole file) and online (so far), and
   severity then online rarity.
-Peers' F1 uses the same unit: a template's rarity p = its share of lines, flagged at
-p < the default false-alarm rate; the severity rule flags error and critical lines.
+Peers' F1: a template's rarity p = its share of lines, flagged at p < 1e-3 (`PEER_RARITY`);
+the severity rule flags error and critical lines.
 HDFS (clean and contaminated baselines) comes from `benchmarks/hdfs_quality.py`; its
 results are included when their JSON is in --hdfs-runs.
+
+`--other-logs` scores, with every default, each other loghub sample in --data (no labels,
+not used to set anything): alerts per 1,000 lines in each prequential chunk, at the old
+default rate (1e-3) and the current one. Not all of them are false alarms.
 
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
@@ -54,7 +58,7 @@ from logstream.replay import (
     to_streams,
     train_parts,
 )
-from logstream.scoring import ScoringConfig, auc_pr, precision_recall_f1
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, ScoringConfig, auc_pr, precision_recall_f1
 from logstream.severity import SEVERITY_RANK, line_severity
 from logstream.train import TrainConfig, calibrate, heldout_split
 
@@ -137,19 +141,24 @@ def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dic
     return out
 
 
-def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) -> dict[str, dict]:
+def score_with(parts: list[Part], data: ReplayInput, config: ScoringConfig) -> tuple[np.ndarray, ...]:
+    """Every chunk model calibrated afresh with `config` on its own held-out lines, then the
+    replay: (scores, flagged, index), one entry per scored line."""
     options = ReplayOptions(input=Path("-"))
+    for part in parts:
+        assert part.trained_on is not None
+        _, heldout = heldout_split(to_streams(options, data, data.slice(*part.trained_on)), TrainConfig())
+        calibrate(part.detector, heldout, config)
+    columns = score_parts(options, data, parts).columns
+    return columns.scores(), columns.flagged() > 0, columns.numpy("index")
+
+
+def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) -> dict[str, dict]:
     labels = np.array(data.labels)
     results = {}
     for name, changes in VARIANTS.items():
-        config = replace(ScoringConfig(), **changes)
-        for part in parts:
-            assert part.trained_on is not None
-            _, heldout = heldout_split(to_streams(options, data, data.slice(*part.trained_on)), TrainConfig())
-            calibrate(part.detector, heldout, config)
-        report = score_parts(options, data, parts)
-        scores, flagged = report.columns.scores(), report.columns.flagged() > 0
-        lab = labels[report.columns.numpy("index")]
+        scores, flagged, index = score_with(parts, data, replace(ScoringConfig(), **changes))
+        lab = labels[index]
         results[name] = evaluate(scores, flagged, lab)
         if name == "logstream":
             results[name]["caught"] = {
@@ -190,6 +199,30 @@ def peers(lines: list[str], labels: np.ndarray) -> dict[str, dict]:
     }
 
 
+def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
+    """Alerts per 1,000 lines, per chunk, on each loghub sample that is not a dev set."""
+    dev_files = {dev.file for dev in DEV_SETS}
+    results = {}
+    for path in sorted(data_dir.glob("*_2k.log")):
+        if path.name in dev_files:
+            continue
+        dev = DevSet(path.name.removesuffix("_2k.log").lower(), path.name, seed=None)
+        lines, labels, _ = load_set(dev, data_dir)
+        data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
+        options = ReplayOptions(input=path, auto_train="all", train_config=TrainConfig(seed=seed))
+        parts = cached_parts(options, data, out / dev.name)
+        row = {}
+        for rate in (1e-3, DEFAULT_FALSE_ALARM_RATE):
+            _, flagged, index = score_with(parts, data, ScoringConfig(false_alarm_rate=rate))
+            row[f"{rate:g}"] = [
+                round(1000 * float(flagged[(index >= p.first) & (index < p.first + p.count)].mean()), 1)
+                for p in parts
+            ]
+        results[dev.name] = row
+        print(f"  {dev.name:10s} alerts per 1,000 lines in each chunk: {row}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -199,8 +232,12 @@ def main() -> None:
     parser.add_argument("--hdfs-runs", type=Path, default=Path("runs"))
     parser.add_argument("--sets", nargs="*", default=[d.name for d in DEV_SETS])
     parser.add_argument("--seed", type=int, default=0, help="training seed (give each its own --out)")
+    parser.add_argument("--other-logs", action="store_true", help="score the other loghub samples instead")
     args = parser.parse_args()
 
+    if args.other_logs:
+        print(json.dumps(other_logs(args.data, args.out, args.seed)))
+        return
     results: dict[str, dict] = {}
     for dev in DEV_SETS:
         if dev.name not in args.sets:
