@@ -317,12 +317,13 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
             "window",
             "threshold",
             "raw threshold (nats)",
+            "anomalies",
         ):
             chunks.add_column(column)
         for c in report.chunks:
             chunks.add_row(
                 f"{c.first + 1}-{c.first + c.items}", str(c.train_lines), str(c.train_steps), str(c.window),
-                f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}",
+                f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}", str(c.anomalies),
             )  # fmt: skip
         console.print(chunks)
     flagged = sum(g.count for g in groups)

@@ -11,7 +11,8 @@ then scores:
   Every line is scored, none by a model that has learned it.
 
 Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
-share one threshold; the report lists each chunk's model and its raw-score threshold.
+share one threshold; the report lists each chunk's model, its raw-score threshold and how
+many of its items alerted.
 
 Memory does not grow with the input: the file is read again for each pass (a training
 chunk, the scoring, the report's texts) instead of held, and each scored unit goes to
@@ -122,6 +123,7 @@ class ChunkModel:
     window: int
     threshold: float  # -log10 p: the same for every chunk
     raw_threshold: float  # the raw score (nats) that this chunk's threshold corresponds to
+    anomalies: int = 0  # its items over the threshold: a model that never saw this period shows here
     model_id: str = ""  # as alerts carry it: the model dir's name (or auto-train) @ data hash
     model_version: str = ""  # when the model was trained
 
@@ -509,7 +511,7 @@ def score_parts(
         seconds=time.perf_counter() - started,
         peak_cache_bytes=max(part.detector.peak_cache_bytes for part in parts), bad_input=data.stats.as_dict(),
         unit="session" if sessions else "line",
-        chunks=[_chunk_model(part.detector, part.first, part.count) for part in parts], anomalies=tally.anomalies,
+        chunks=[_chunk_model(part, tally.columns) for part in parts], anomalies=tally.anomalies,
     )  # fmt: skip
 
 
@@ -531,11 +533,15 @@ def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, 
         yield columns.line[k], names[columns.stream[k]], text
 
 
-def _chunk_model(detector: Detector, first: int, items: int) -> ChunkModel:
+def _chunk_model(part: Part, columns: Columns) -> ChunkModel:
+    detector = part.detector
     line_tail = detector.online.fit if detector.online else detector.calibration.line
     rate = 10**-detector.threshold
+    index = columns.numpy("index")
+    scored_here = (index >= part.first) & (index < part.first + part.count)
     return ChunkModel(
-        first=first, items=items, train_lines=detector.meta.get("train_lines", 0),
+        first=part.first, items=part.count, anomalies=int((columns.flagged()[scored_here] > 0).sum()),
+        train_lines=detector.meta.get("train_lines", 0),
         train_steps=detector.meta.get("train_steps", 0), window=detector.engine.window,
         threshold=detector.threshold,
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,

@@ -85,6 +85,16 @@ def test_two_models_flag_normal_lines_at_the_same_rate(two_models: list[Detector
         assert rate / 2 <= share <= rate * 2, f"{detector.meta['window']=}: {share:.3f} above p = {rate}"
 
 
+def test_auto_train_all_reports_each_chunks_anomalies(prequential: tuple[dict, list[dict]]) -> None:
+    """Each chunk states how many of its lines alerted (what shows a model that never saw that
+    period, docs/quality.md), and the counts are those of the scored lines."""
+    summary, rows = prequential
+    chunks = summary["chunks"]
+    per_chunk = [sum(r["anomaly"] for r in rows if r["chunk"] == k) for k in range(len(chunks))]
+    assert [c["anomalies"] for c in chunks] == per_chunk
+    assert sum(per_chunk) == summary["anomalies"] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX.is_file(), reason=f"shared loghub data not found at {LINUX}")
 def test_a_1000_line_baseline_flags_the_injected_oom() -> None:
