@@ -54,6 +54,7 @@ from logstream.replay import (
     ReplayInput,
     ReplayOptions,
     ReplayProgress,
+    ReplayReport,
     score_parts,
     to_streams,
     train_parts,
@@ -141,25 +142,23 @@ def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dic
     return out
 
 
-def score_with(parts: list[Part], data: ReplayInput, config: ScoringConfig) -> tuple[np.ndarray, ...]:
-    """Every chunk model calibrated afresh with `config` on its own held-out lines, then the
-    replay: (scores, flagged, index), one entry per scored line."""
+def score_with(parts: list[Part], data: ReplayInput, config: ScoringConfig) -> ReplayReport:
+    """Every chunk model calibrated afresh with `config` on its own held-out lines, then the replay."""
     options = ReplayOptions(input=Path("-"))
     for part in parts:
         assert part.trained_on is not None
         _, heldout = heldout_split(to_streams(options, data, data.slice(*part.trained_on)), TrainConfig())
         calibrate(part.detector, heldout, config)
-    columns = score_parts(options, data, parts).columns
-    return columns.scores(), columns.flagged() > 0, columns.numpy("index")
+    return score_parts(options, data, parts)
 
 
 def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) -> dict[str, dict]:
     labels = np.array(data.labels)
     results = {}
     for name, changes in VARIANTS.items():
-        scores, flagged, index = score_with(parts, data, replace(ScoringConfig(), **changes))
-        lab = labels[index]
-        results[name] = evaluate(scores, flagged, lab)
+        columns = score_with(parts, data, replace(ScoringConfig(), **changes)).columns
+        scores, flagged = columns.scores(), columns.flagged() > 0
+        results[name] = evaluate(scores, flagged, labels[columns.numpy("index")])
         if name == "logstream":
             results[name]["caught"] = {
                 kind: f"{sum(f for f, k in zip(flagged, kinds, strict=True) if k == kind)}/{kinds.count(kind)}"
@@ -213,11 +212,8 @@ def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         parts = cached_parts(options, data, out / dev.name)
         row = {}
         for rate in (1e-3, DEFAULT_FALSE_ALARM_RATE):
-            _, flagged, index = score_with(parts, data, ScoringConfig(false_alarm_rate=rate))
-            row[f"{rate:g}"] = [
-                round(1000 * float(flagged[(index >= p.first) & (index < p.first + p.count)].mean()), 1)
-                for p in parts
-            ]
+            chunks = score_with(parts, data, ScoringConfig(false_alarm_rate=rate)).chunks
+            row[f"{rate:g}"] = [round(1000 * c.anomalies / c.items, 1) for c in chunks]
         results[dev.name] = row
         print(f"  {dev.name:10s} alerts per 1,000 lines in each chunk: {row}", flush=True)
     return results

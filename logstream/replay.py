@@ -27,6 +27,7 @@ import dataclasses
 import json
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -233,9 +234,11 @@ class Tally:
         self.now = time.time()  # the time of a log without any
         self.stream_names: set[str] = set()
         self.scored_lines = 0
+        self.chunk_anomalies: Counter[int] = Counter()  # chunk -> its units over the threshold
 
     def add(self, u: Unit) -> None:
         self.columns.add(u)
+        self.chunk_anomalies[u.chunk] += u.is_anomaly
         self.grouper.add(u)
         if self.out is not None:
             self.out.write(json.dumps(_row(u)) + "\n")
@@ -511,7 +514,8 @@ def score_parts(
         seconds=time.perf_counter() - started,
         peak_cache_bytes=max(part.detector.peak_cache_bytes for part in parts), bad_input=data.stats.as_dict(),
         unit="session" if sessions else "line",
-        chunks=[_chunk_model(part, tally.columns) for part in parts], anomalies=tally.anomalies,
+        chunks=[_chunk_model(part, tally.chunk_anomalies[k]) for k, part in enumerate(parts)],
+        anomalies=tally.anomalies,
     )  # fmt: skip
 
 
@@ -533,15 +537,12 @@ def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, 
         yield columns.line[k], names[columns.stream[k]], text
 
 
-def _chunk_model(part: Part, columns: Columns) -> ChunkModel:
+def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
     detector = part.detector
     line_tail = detector.online.fit if detector.online else detector.calibration.line
     rate = 10**-detector.threshold
-    index = columns.numpy("index")
-    scored_here = (index >= part.first) & (index < part.first + part.count)
     return ChunkModel(
-        first=part.first, items=part.count, anomalies=int((columns.flagged()[scored_here] > 0).sum()),
-        train_lines=detector.meta.get("train_lines", 0),
+        first=part.first, items=part.count, anomalies=anomalies, train_lines=detector.meta.get("train_lines", 0),
         train_steps=detector.meta.get("train_steps", 0), window=detector.engine.window,
         threshold=detector.threshold,
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
