@@ -35,7 +35,7 @@ from logstream.synth import STREAM_KEY
 if TYPE_CHECKING:
     from logstream.alerts.config import AlertsConfig
     from logstream.groups import Group
-    from logstream.replay import ReplayReport, Unit
+    from logstream.replay import ChunkModel, ReplayReport, Unit
     from logstream.train import TrainConfig
 
 # Hugging Face and tqdm progress bars ("Loading weights", "Writing model shards") would mix
@@ -306,6 +306,22 @@ def train_summary(out: Path, meta: dict) -> str:
     )
 
 
+def unseen_period_note(chunk: ChunkModel, first_of_auto_train_all: bool) -> str:
+    """What a chunk with more alerts than a false-alarm rate explains may be, and how to tell."""
+    expected = chunk.items * 10**-chunk.threshold
+    why = (
+        " (the first chunk is scored by the model of the next one, a later period)"
+        if first_of_auto_train_all
+        else ""
+    )
+    return (
+        f"note: items {chunk.first + 1}-{chunk.first + chunk.items}: {chunk.anomalies:,} of {chunk.items:,} "
+        f"over the threshold, which expects {expected:.1f} of normal ones: an incident that large, or a "
+        f"period its model never saw{why}. The groups below say which; a replay with a baseline of the "
+        "same period (--model) tells them apart."
+    )
+
+
 def print_report(report: ReplayReport, groups: list[Group], console: Console, top: int = 10) -> None:
     """The replay for a person: each model's threshold, then the anomalies grouped by template."""
     if len(report.chunks) > 1:
@@ -326,6 +342,9 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
                 f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}", str(c.anomalies),
             )  # fmt: skip
         console.print(chunks)
+    for k, c in enumerate(report.chunks):
+        if c.unseen_period:
+            console.print(unseen_period_note(c, first_of_auto_train_all=k == 0 and len(report.chunks) > 1))
     flagged = sum(g.count for g in groups)
     table = Table(
         title=f"anomalies by template: {flagged} {report.unit}s over threshold {report.threshold:.2f} in "
