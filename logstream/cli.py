@@ -306,7 +306,7 @@ def train_summary(out: Path, meta: dict) -> str:
     )
 
 
-def unseen_period_note(chunk: ChunkModel, first_of_auto_train_all: bool) -> str:
+def beyond_chance_note(chunk: ChunkModel, first_of_auto_train_all: bool) -> str:
     """What a chunk with more alerts than a false-alarm rate explains may be, and how to tell."""
     expected = chunk.items * 10**-chunk.threshold
     why = (
@@ -343,8 +343,8 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
             )  # fmt: skip
         console.print(chunks)
     for k, c in enumerate(report.chunks):
-        if c.unseen_period:
-            console.print(unseen_period_note(c, first_of_auto_train_all=k == 0 and len(report.chunks) > 1))
+        if c.alerts_beyond_chance:
+            console.print(beyond_chance_note(c, first_of_auto_train_all=k == 0 and len(report.chunks) > 1))
     flagged = sum(g.count for g in groups)
     table = Table(
         title=f"anomalies by template: {flagged} {report.unit}s over threshold {report.threshold:.2f} in "

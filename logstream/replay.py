@@ -115,7 +115,7 @@ class Unit:
 
 # Spark_2k's first chunk: 8.8%; the dev sets' chunks (3 seeds): 0-0.6%, and 4.9% for seed 1's
 # injected Thunderbird (49 false alarms of one period)
-UNSEEN_PERIOD_SHARE = 0.05
+UNEXPLAINED_ALERT_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -137,12 +137,12 @@ class ChunkModel:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
     @property
-    def unseen_period(self) -> bool:
-        """More than UNSEEN_PERIOD_SHARE of its items alert, where the threshold expects about
+    def alerts_beyond_chance(self) -> bool:
+        """More than UNEXPLAINED_ALERT_SHARE of its items alert, where the threshold expects about
         10^-threshold of normal ones: a large incident, or a period the model never saw (a job's
         other phase; the first chunk of `--auto-train all`, which the model of the next chunk
         scores). The report says so; no score changes."""
-        return self.anomalies > UNSEEN_PERIOD_SHARE * self.items
+        return self.anomalies > UNEXPLAINED_ALERT_SHARE * self.items
 
 
 class Columns:

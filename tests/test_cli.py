@@ -303,4 +303,4 @@ def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -
     assert (
         "or a period its model never saw (the first chunk is scored by the model of the next one" in notes[0]
     )
-    assert not quiet.unseen_period and shifted.unseen_period
+    assert not quiet.alerts_beyond_chance and shifted.alerts_beyond_chance
