@@ -82,9 +82,9 @@ def main() -> None:
     examples = make_examples(streams, tokenizer, normalizer, window)
 
     S, cfg = len(sink_ids), model.config
-    shapes = batch_shapes(len(examples), [len(ids) for ids, _ in examples], config, args.steps)
+    shapes = batch_shapes(len(examples), [len(ids) for ids, _, _ in examples], config, args.steps)
     log_tokens = sum(  # the loss's tokens: replayed batches' real lengths are not kept, so estimate
-        rows * (sum(len(ids) for ids, _ in examples) / len(examples)) for rows, _ in shapes
+        rows * (sum(len(ids) for ids, _, _ in examples) / len(examples)) for rows, _ in shapes
     )
     processed = sum(rows * (S + T) for rows, T in shapes)
     matmul = engine_flops_per_token(cfg, 0, 0)  # 2 x MACs per token
@@ -111,7 +111,7 @@ def main() -> None:
         print(rows[-1])
     print(json.dumps({
         "preset": args.preset, "window": window, "sinks": S, "examples": len(examples),
-        "mean_example_tokens": round(sum(len(ids) for ids, _ in examples) / len(examples), 1),
+        "mean_example_tokens": round(sum(len(ids) for ids, _, _ in examples) / len(examples), 1),
         "log_token_share": round(log_tokens / processed, 3), "steps": args.steps, "levers": rows,
         "roofline_fp32_gflops": round(roof.fp32_flops / 1e9, 1), "roofline_bf16_gflops": round(roof.bf16_flops / 1e9, 1),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "threads": torch.get_num_threads(),

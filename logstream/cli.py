@@ -306,19 +306,14 @@ def train_summary(out: Path, meta: dict) -> str:
     )
 
 
-def beyond_chance_note(chunk: ChunkModel, first_of_auto_train_all: bool) -> str:
-    """What a chunk with more alerts than a false-alarm rate explains may be, and how to tell."""
+def beyond_chance_note(chunk: ChunkModel) -> str:
+    """What a chunk with more alerts than its false-alarm rate explains may be, and how to tell."""
     expected = chunk.items * 10**-chunk.threshold
-    why = (
-        " (the first chunk is scored by the model of the next one, a later period)"
-        if first_of_auto_train_all
-        else ""
-    )
     return (
         f"note: items {chunk.first + 1}-{chunk.first + chunk.items}: {chunk.anomalies:,} of {chunk.items:,} "
-        f"over the threshold, which expects {expected:.1f} of normal ones: an incident that large, or a "
-        f"period its model never saw{why}. The groups below say which; a replay with a baseline of the "
-        "same period (--model) tells them apart."
+        f"over the threshold, which expects {expected:.1f} of normal ones: an incident that large, or lines "
+        "its model never learned (a period it never saw). The groups below say which; a replay with a "
+        "baseline of the same period (--model) tells them apart."
     )
 
 
@@ -342,9 +337,9 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
                 f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}", str(c.anomalies),
             )  # fmt: skip
         console.print(chunks)
-    for k, c in enumerate(report.chunks):
+    for c in report.chunks:
         if c.alerts_beyond_chance:
-            console.print(beyond_chance_note(c, first_of_auto_train_all=k == 0 and len(report.chunks) > 1))
+            console.print(beyond_chance_note(c))
     flagged = sum(g.count for g in groups)
     table = Table(
         title=f"anomalies by template: {flagged} {report.unit}s over threshold {report.threshold:.2f} in "

@@ -113,8 +113,8 @@ class Unit:
         return self.score > self.threshold
 
 
-# Spark_2k's first chunk: 8.8%; the dev sets' chunks (3 seeds): 0-0.6%, and 4.9% for seed 1's
-# injected Thunderbird (49 false alarms of one period)
+# Spark_2k's first chunk when the model of the second scored it (stop 16): 8.8%; the dev sets'
+# chunks then (3 seeds): 0-0.6%, and 4.9% for seed 1's injected Thunderbird (49 false alarms)
 UNEXPLAINED_ALERT_SHARE = 0.05
 
 
@@ -140,8 +140,7 @@ class ChunkModel:
     def alerts_beyond_chance(self) -> bool:
         """More than UNEXPLAINED_ALERT_SHARE of its items alert, where the threshold expects about
         10^-threshold of normal ones: a large incident, or a period the model never saw (a job's
-        other phase; the first chunk of `--auto-train all`, which the model of the next chunk
-        scores). The report says so; no score changes."""
+        other phase). The report says so; no score changes."""
         return self.anomalies > UNEXPLAINED_ALERT_SHARE * self.items
 
 
@@ -459,11 +458,14 @@ def _train_part(
         streams, options.train_config, start_from=start_from,
         progress=lambda step, steps, loss: progress.advance(1, f"step {step}/{steps} loss {loss:.3f}"),
     )  # fmt: skip
+    return trained, _detector(trained, options)
+
+
+def _detector(trained: Trained, options: ReplayOptions) -> Detector:
     model_id = f"replay-auto-train@{trained.meta.get('data_sha256', '')[:12]}"
-    detector = Detector(
+    return Detector(
         trained.model, trained.tokenizer, trained.meta, model_id=model_id, **_sensitivity(options)
     )
-    return trained, detector
 
 
 def train_parts(
@@ -479,16 +481,19 @@ def train_parts(
         baseline = to_streams(options, data, data.slice(0, cut))
         _, detector = _train_part(baseline, options, progress, f"on items 1-{cut}", None)
         return [Part(cut, n_items - cut, detector, (0, cut))]
+    # the first chunk is scored by the model trained on it: its one-off events must count once
+    config = dataclasses.replace(options.train_config, rare_events_once=True)
+    options = dataclasses.replace(options, train_config=config)
     bounds = chunk_bounds(n_items)
     n = len(bounds) - 1
-    baseline = to_streams(options, data, data.slice(bounds[1], bounds[2]))
-    _, detector = _train_part(baseline, options, progress, f"chunk 1/{n} (to score chunk 0)", None)
-    parts = [Part(0, bounds[1], detector, (bounds[1], bounds[2]))]
+    parts: list[Part] = []
     trained = None
     for k in range(1, n):
         baseline = to_streams(options, data, data.slice(bounds[k - 1], bounds[k]))
         what = f"model {k}/{n - 1} on chunk {k - 1}" + (" (continued)" if trained else "")
         trained, detector = _train_part(baseline, options, progress, what, trained)
+        if k == 1:  # the first chunk has no past: its own model scores it, with a state of its own
+            parts.append(Part(0, bounds[1], _detector(trained, options), (0, bounds[1])))
         parts.append(Part(bounds[k], bounds[k + 1] - bounds[k], detector, (bounds[k - 1], bounds[k])))
     return parts
 

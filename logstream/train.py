@@ -7,6 +7,11 @@ in training and in serving. The loss is on log tokens only.
 Baselines may contain incidents. After warm-up, each batch caps the loss of the
 share `robust_share` of its lines with the highest loss (see
 `robust_token_weights`), so a rare incident is not memorized: it stays surprising.
+The cap acts per batch, and a small baseline is read ten times or more; with
+`rare_events_once` (what `replay --auto-train all` trains with) each line also weighs
+min(1, n / epochs), n the baseline's lines of its template (`rare_event_weights`): a
+one-off event counts about once over the whole run, while a template seen at least once
+per epoch trains as before.
 Calibration is robust too: the tail fit drops held-out peaks that are implausible
 for the normal lines' tail (`tail.fit_tail`).
 
@@ -23,6 +28,7 @@ import hashlib
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +41,7 @@ from logstream.detector import Detector
 from logstream.errors import UserError
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
-from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
+from logstream.patterns import MAX_TEMPLATES, PatternMiner, mine, pattern_prompt
 from logstream.records import Stream
 from logstream.scoring import (
     Calibration,
@@ -66,6 +72,9 @@ class TrainConfig:
     lr: float = 3e-3
     warmup_fraction: float = 0.1
     robust_share: float = 0.05  # share of each batch's lines whose loss is capped after warm-up
+    # a line of a template with n < epochs lines weighs n / epochs; on for `replay --auto-train
+    # all`, off for `train`: it broke the contaminated HDFS baseline's session calibration
+    rare_events_once: bool = False
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
@@ -140,26 +149,53 @@ def heldout_split(streams: list[Stream], config: TrainConfig) -> tuple[list[Stre
     return split_heldout(streams, fraction)
 
 
+Example = tuple[list[int], list[int], list[float]]  # token ids, line index per token, weight per token
+
+
 def make_examples(
-    streams: list[Stream], tokenizer: LineTokenizer, normalizer: Normalizer, window: int
-) -> list[tuple[list[int], list[int]]]:
-    """(token ids, line index per token) windows of whole lines, at most `window` tokens each."""
+    streams: list[Stream],
+    tokenizer: LineTokenizer,
+    normalizer: Normalizer,
+    window: int,
+    line_weights: list[list[float]] | None = None,
+) -> list[Example]:
+    """(token ids, line index per token, loss weight per token) windows of whole lines, at
+    most `window` tokens each. `line_weights`: per stream, per line (default 1)."""
     examples = []
-    for stream in streams:
+    for k, stream in enumerate(streams):
         lines = tokenizer.encode_lines([normalizer.mask(line) for line in stream.lines])
+        weights = line_weights[k] if line_weights is not None else [1.0] * len(lines)
         if stream.ended:
             lines.append([tokenizer.eos_id])  # the end of the stream is a "line" to predict
+            weights = [*weights, 1.0]
         ids: list[int] = []
         line_of: list[int] = []
+        weight: list[float] = []
         for i, line_ids in enumerate(lines):
             if ids and len(ids) + len(line_ids) > window:
-                examples.append((ids, line_of))
-                ids, line_of = [], []
+                examples.append((ids, line_of, weight))
+                ids, line_of, weight = [], [], []
+            n = min(len(line_ids), window)
             ids.extend(line_ids[:window])
-            line_of.extend([i] * min(len(line_ids), window))
+            line_of.extend([i] * n)
+            weight.extend([weights[i]] * n)
         if ids:
-            examples.append((ids, line_of))
+            examples.append((ids, line_of, weight))
     return examples
+
+
+def rare_event_weights(streams: list[Stream], normalizer: Normalizer, epochs: float) -> list[list[float]]:
+    """Per stream, per line: min(1, n / epochs), n the lines of its Drain template in `streams`.
+
+    Every line is read `epochs` times; the robust cap (`robust_token_weights`) lowers a
+    surprising line's weight in each batch but not how often it comes back, so a small
+    baseline read ten times learns its one-off incidents. Weighted so, a template's lines
+    together weigh at most what one reading of them would, and a template seen at least
+    once per epoch trains as before (docs/quality.md, "rare events count once")."""
+    miner = PatternMiner()
+    clusters = [[miner.add(normalizer.mask(line)).cluster for line in s.lines] for s in streams]
+    lines = Counter(c for stream in clusters for c in stream)
+    return [[min(1.0, lines[c] / epochs) for c in stream] for stream in clusters]
 
 
 def robust_token_weights(
@@ -190,7 +226,7 @@ def robust_token_weights(
 
 def fit(
     model: torch.nn.Module,
-    examples: list[tuple[list[int], list[int]]],
+    examples: list[Example],
     sink_ids: list[int],
     config: TrainConfig,
     steps: int,
@@ -222,22 +258,24 @@ def fit(
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        T = max(len(ids) for ids, _ in batch)
+        T = max(len(ids) for ids, _, _ in batch)
         tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
         line_ids = torch.zeros(len(batch), T, dtype=torch.long)
         mask = torch.zeros(len(batch), T, dtype=torch.bool)
-        for b, (ids, lines) in enumerate(batch):
+        example_weight = torch.zeros(len(batch), T)
+        for b, (ids, lines, weight) in enumerate(batch):
             tokens[b, :S] = torch.tensor(sink_ids)
             tokens[b, S : S + len(ids)] = torch.tensor(ids)
             line_ids[b, : len(ids)] = torch.tensor(lines)
             mask[b, : len(ids)] = True
+            example_weight[b, : len(ids)] = torch.tensor(weight)
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
         token_loss = F.cross_entropy(
             logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
         )  # [B, T]
         share = config.robust_share if step >= warmup else 0.0
-        weights = robust_token_weights(token_loss, line_ids, mask, share)
+        weights = robust_token_weights(token_loss, line_ids, mask, share) * example_weight
         loss = (token_loss * weights).sum() / weights.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -327,6 +365,9 @@ def train(
         known = [t.text for t in mine([*start_from.meta["templates"], *baseline]).templates()]
     examples = make_examples(train_streams, tokenizer, normalizer, window)
     steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
+    if config.rare_events_once and epochs > 1:  # the same windows (their number set the epochs), weighted
+        weights = rare_event_weights(train_streams, normalizer, epochs)
+        examples = make_examples(train_streams, tokenizer, normalizer, window, weights)
     loss = fit(model, examples, sink_ids, config, steps, progress)
     meta = {
         "preset": preset,
@@ -339,7 +380,7 @@ def train(
         "train_config": asdict(config),
         "train_lines": len(lines),
         "heldout_lines": sum(len(s.lines) for s in heldout),
-        "train_tokens": sum(len(ids) for ids, _ in examples),
+        "train_tokens": sum(len(ids) for ids, _, _ in examples),
         "train_steps": steps,
         "train_epochs": epochs,
         "final_loss": loss,

@@ -19,7 +19,6 @@ from logstream.detector import Detector
 from logstream.incidents import inject, strip_label_column
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.train import TrainConfig, train
 
@@ -28,16 +27,22 @@ LINUX = LOGHUB / "Linux_2k.log"
 THUNDERBIRD = LOGHUB / "Thunderbird_2k.log"  # its first column labels each line; all are normal
 
 
+FIXTURE_RATE = 1e-2
+
+
 @pytest.fixture(scope="module")
 def prequential(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict]]:
-    """`replay --auto-train all` of a clean 1,200-line synthetic log: two chunks, two models."""
+    """`replay --auto-train all` of a 3,000-line synthetic log with incidents: three chunks, two
+    models (the first chunk's scores the first two chunks, its continuation the third). At a
+    false-alarm rate of 1e-2, so that the per-chunk counts are not all zero."""
     tmp = tmp_path_factory.mktemp("prequential")
-    log = tmp / "clean.log"
-    log.write_text("\n".join(generate_lines(1200, seed=21).lines) + "\n")
+    log = tmp / "incidents.log"
+    log.write_text("\n".join(generate_lines(3000, seed=21, incidents=INCIDENT_KINDS).lines) + "\n")
     scores = tmp / "scores.jsonl"
     result = subprocess.run(
         [sys.executable, "-m", "logstream.cli", "replay", str(log), "--auto-train", "all", "--preset", "tiny",
-         "--window", "64", "--min-steps", "120", "--max-steps", "120", "--out", str(scores), "--json"],
+         "--window", "64", "--min-steps", "120", "--max-steps", "120", "--false-alarm-rate", str(FIXTURE_RATE),
+         "--out", str(scores), "--json"],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -50,11 +55,11 @@ def test_auto_train_all_reports_one_threshold_unit(prequential: tuple[dict, list
     and every scored line is judged against it."""
     summary, rows = prequential
     chunks = summary["chunks"]
-    default = round(-np.log10(DEFAULT_FALSE_ALARM_RATE), 4)  # 3.5229: the outputs round to 4 places
-    assert summary["score_unit"] == "-log10 p" and len(chunks) == 2
-    assert {c["threshold"] for c in chunks} == {summary["threshold"]} == {default}
-    assert chunks[0]["raw_threshold"] != chunks[1]["raw_threshold"]
-    assert {r["threshold"] for r in rows} == {default}
+    asked = round(-np.log10(FIXTURE_RATE), 4)  # the outputs round to 4 places
+    assert summary["score_unit"] == "-log10 p" and len(chunks) == 3
+    assert {c["threshold"] for c in chunks} == {summary["threshold"]} == {asked}
+    assert chunks[0]["raw_threshold"] != chunks[2]["raw_threshold"]  # two models, one unit
+    assert {r["threshold"] for r in rows} == {asked}
     assert all(r["anomaly"] == (r["score"] > r["threshold"]) for r in rows)
 
 
@@ -110,6 +115,27 @@ def test_a_1000_line_baseline_flags_the_injected_oom() -> None:
     assert oom and all(s.is_anomaly for s in oom), [(s.score, s.record.line) for s in oom]
     normal = [s.is_anomaly for s, label in zip(scored, later.labels, strict=True) if label == 0]
     assert np.mean(normal) <= 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX.is_file(), reason=f"shared loghub data not found at {LINUX}")
+def test_an_incident_in_the_baseline_is_learned_less() -> None:
+    """Incidents inside 1,000 lines of baseline, read about 11 times by a 200-step run: weighted
+    n / epochs (`rare_events_once`), each line counts about once, and every one of them stays
+    more surprising to the model trained on them than without the weights (the OOM kill:
+    3.4 against 2.5, the threshold 3.5). `--auto-train all` scores its first chunk so, with
+    the model trained on it."""
+    lines = LINUX.read_text(encoding="utf-8", errors="replace").splitlines()
+    injected = inject(lines[:700], seed=5, per_kind=1)  # incidents in the trained part, not the held-out
+    baseline = [*injected.lines, *lines[700:1000]]
+    incident = [i for i, label in enumerate(injected.labels) if label]
+    scores = {}
+    for once in (True, False):
+        trained = train(streams_from_lines(baseline, None), TrainConfig(rare_events_once=once))
+        detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu")
+        scored = detector.score([LogRecord(line=line) for line in baseline])
+        scores[once] = np.array([scored[i].score for i in incident])
+    assert len(incident) == 13 and (scores[True] > scores[False]).all(), scores
 
 
 @pytest.mark.slow

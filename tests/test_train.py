@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from logstream.normalize import Normalizer
 from logstream.synth import generate_lines
-from logstream.train import Stream, TrainConfig, robust_token_weights, split_heldout, train
+from logstream.train import (
+    Stream,
+    TrainConfig,
+    rare_event_weights,
+    robust_token_weights,
+    split_heldout,
+    train,
+)
 
 
 def test_robust_weights_cap_only_the_highest_loss_lines() -> None:
@@ -36,3 +44,16 @@ def test_continued_training_leaves_the_earlier_model_untouched() -> None:
     assert second.model is not first.model
     assert all(torch.equal(before[k], v) for k, v in first.model.state_dict().items())
     assert any(not torch.equal(before[k], v) for k, v in second.model.state_dict().items())
+
+
+def test_a_one_off_line_weighs_one_reading_of_it() -> None:
+    """`rare_event_weights`: a line whose template has n < epochs lines weighs n / epochs, so
+    over the run it counts about once; a template seen at least once per epoch weighs 1."""
+    routine = [f"GET /api/items/{i} status 200" for i in range(30)]
+    streams = [
+        Stream("web", [*routine[:15], "kernel: Out of memory: Kill process 812 (java)", *routine[15:]]),
+        Stream("db", ["checkpoint complete", "checkpoint complete"]),
+    ]
+    web, db = rare_event_weights(streams, Normalizer(), epochs=10.0)
+    assert web[15] == 0.1 and web[:15] == web[16:] == [1.0] * 15
+    assert db == [0.2, 0.2]

@@ -20,12 +20,12 @@ def _model() -> LlamaForCausalLM:
     return LlamaForCausalLM(config)
 
 
-def _examples() -> list[tuple[list[int], list[int]]]:
+def _examples() -> list[tuple[list[int], list[int], list[float]]]:
     gen = torch.Generator().manual_seed(1)
     out = []
     for n in (9, 17, 30, 12):  # ragged: batches are padded
         ids = torch.randint(3, 61, (n,), generator=gen).tolist()
-        out.append((ids, [i // 5 for i in range(n)]))
+        out.append((ids, [i // 5 for i in range(n)], [1.0] * n))
     return out
 
 
