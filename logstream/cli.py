@@ -412,7 +412,8 @@ def replay_command(
     auto_train: Annotated[
         AutoTrain,
         typer.Option(
-            help="Without --model: 'first' trains on the first half and scores the rest; 'all' scores every line prequentially."
+            help="Without --model: 'first' trains on the first half and scores the rest; 'all' scores every line "
+            "prequentially (the first chunk by its own model)."
         ),
     ] = AutoTrain.first,
     preset: PresetOpt = "auto",

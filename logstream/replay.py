@@ -1,14 +1,16 @@
 """`logstream replay`: stream a file through the detector as if it were live, then report.
 
-Without `--model` the detector is trained on the input itself, never on what it
-then scores:
+Without `--model` the detector is trained on the input itself:
 - `first` (default): train on the first TRAIN_FRACTION of the input, score the rest.
 - `all`: prequential. The input is cut into chunks that double in size (`chunk_bounds`:
   the first holds max(MIN_FIRST_CHUNK, n / 16) items, as a tail fit wants a few hundred
   held-out lines, so 2k lines make 2 chunks, 5k lines 4 and 100k lines 5); chunk
   k >= 1 is scored by the model trained on chunks 0..k-1 (each model continues the
-  previous one on the newest chunk), and chunk 0 by a model trained on chunk 1.
-  Every line is scored, none by a model that has learned it.
+  previous one on the newest chunk). Chunk 0 has no past: the model trained on it scores
+  it (its held-out lines out of sample, the rest in sample). So that a one-off incident
+  there is not learned, these models count each rare event about once
+  (`TrainConfig.rare_events_once`); a model of chunk 1, which scored chunk 0 until stop 16,
+  had never seen that period (docs/quality.md).
 
 Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
 share one threshold; the report lists each chunk's model, its raw-score threshold and how
