@@ -9,9 +9,9 @@ share `robust_share` of its lines with the highest loss (see
 `robust_token_weights`), so a rare incident is not memorized: it stays surprising.
 The cap acts per batch, and a small baseline is read ten times or more; with
 `rare_events_once` (what `replay --auto-train all` trains with) each line also weighs
-min(1, n / epochs), n the baseline's lines of its template (`rare_event_weights`): a
-one-off event counts about once over the whole run, while a template seen at least once
-per epoch trains as before.
+min(1, n / epochs), n the baseline's lines of its template (`rare_event_weights`): over
+the whole run a line then counts n times (at most `epochs`), so a one-off event about once,
+while a template seen at least once per epoch trains as before.
 Calibration is robust too: the tail fit drops held-out peaks that are implausible
 for the normal lines' tail (`tail.fit_tail`).
 
@@ -189,9 +189,10 @@ def rare_event_weights(streams: list[Stream], normalizer: Normalizer, epochs: fl
 
     Every line is read `epochs` times; the robust cap (`robust_token_weights`) lowers a
     surprising line's weight in each batch but not how often it comes back, so a small
-    baseline read ten times learns its one-off incidents. Weighted so, a template's lines
-    together weigh at most what one reading of them would, and a template seen at least
-    once per epoch trains as before (docs/quality.md, "rare events count once")."""
+    baseline read ten times learns its one-off incidents. Weighted so, a line counts over
+    the run as often as its template has lines, at most `epochs` times: a one-off line about
+    once, and a template seen at least once per epoch as before (docs/quality.md, "rare
+    events count once")."""
     miner = PatternMiner()
     clusters = [[miner.add(normalizer.mask(line)).cluster for line in s.lines] for s in streams]
     lines = Counter(c for stream in clusters for c in stream)
