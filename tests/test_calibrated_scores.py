@@ -121,7 +121,7 @@ def test_a_1000_line_baseline_flags_the_injected_oom() -> None:
 @pytest.mark.skipif(not LINUX.is_file(), reason=f"shared loghub data not found at {LINUX}")
 def test_an_incident_in_the_baseline_is_learned_less() -> None:
     """Incidents inside 1,000 lines of baseline, read about 11 times by a 200-step run: weighted
-    n / epochs (`rare_events_once`), each line counts about once, and every one of them stays
+    n / epochs (`rare_events_once`), a one-off line counts about once, and every one of them stays
     more surprising to the model trained on them than without the weights (the OOM kill:
     3.4 against 2.5, the threshold 3.5). `--auto-train all` scores its first chunk so, with
     the model trained on it."""

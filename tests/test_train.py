@@ -48,7 +48,8 @@ def test_continued_training_leaves_the_earlier_model_untouched() -> None:
 
 def test_a_one_off_line_weighs_one_reading_of_it() -> None:
     """`rare_event_weights`: a line whose template has n < epochs lines weighs n / epochs, so
-    over the run it counts about once; a template seen at least once per epoch weighs 1."""
+    over the run it counts n times, a one-off line once; a template seen at least once per
+    epoch weighs 1."""
     routine = [f"GET /api/items/{i} status 200" for i in range(30)]
     streams = [
         Stream("web", [*routine[:15], "kernel: Out of memory: Kill process 812 (java)", *routine[15:]]),
