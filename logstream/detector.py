@@ -25,7 +25,14 @@ from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
 from logstream.records import Anomaly, LogRecord, Stream, location
-from logstream.scoring import Calibration, LineScore, Observation, ScoringConfig, line_score, severity
+from logstream.scoring import (
+    Calibration,
+    Observation,
+    ScoringConfig,
+    line_surprisal,
+    severity,
+    surprising_tokens,
+)
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -72,7 +79,7 @@ class ScoredSession:
 
 @dataclass(frozen=True)
 class LineEvidence:
-    surprisal: LineScore  # the model's part: mean top-k token surprisal and the top tokens
+    surprisal: float  # the model's part, nats: mean NLL of the top-k words (or tokens)
     level: str | None  # severity from the level field or failure words
     raw: float  # nats: surprisal + severity prior + novelty - burst discount - template offset
 
@@ -93,9 +100,11 @@ def line_evidence(
     config = calibration.config
     if config.line_unit == "word" and word_starts is None:
         raise ValueError("line_evidence: line_unit 'word' needs the line's word_starts")
-    surprisal = line_score(token_nll, config.line_top_k, word_starts if config.line_unit == "word" else None)
+    surprisal = line_surprisal(
+        token_nll, config.line_top_k, word_starts if config.line_unit == "word" else None
+    )
     level = config.severity(line)
-    raw = calibration.evidence(Observation(surprisal.surprisal, level, novel, repeats, template))
+    raw = calibration.evidence(Observation(surprisal, level, novel, repeats, template))
     return LineEvidence(surprisal, level, raw)
 
 
@@ -246,7 +255,7 @@ class Detector:
                     record=record,
                     score=score,
                     raw=evidence.raw,
-                    surprisal=evidence.surprisal.surprisal,
+                    surprisal=evidence.surprisal,
                     threshold=threshold,
                     level=evidence.level,
                     novel=mined.new,
@@ -256,7 +265,7 @@ class Detector:
                     known_template=known,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
-                        for pos, nll_ in evidence.surprisal.top_tokens
+                        for pos, nll_ in surprising_tokens(token_nll)
                     )
                     if alerting
                     else (),

@@ -6,6 +6,10 @@ integers (1-3 digits: status codes, small counts) are kept on purpose: `500`
 vs `200` is exactly the kind of parameter value an anomaly detector must see,
 unless the text names the integer an id: `pid 812`, Spark's `(TID 479)`.
 Rules run in order; each replaces its matches with a placeholder like `<IP>`.
+Masking is most of a line's host time, so the patterns are written for Python's regex
+scan: a leading lookahead on the first character a match can start with lets it leave
+most positions after one test (the same matches), and a rule is skipped outright on a
+line without a literal it needs (`_REQUIRED_LITERALS`).
 """
 
 from __future__ import annotations
@@ -25,16 +29,17 @@ class MaskRule:
 
 DEFAULT_RULES: tuple[MaskRule, ...] = (
     # before timestamps, whose `hh:mm:ss` would take a MAC address's first three bytes
-    MaskRule("mac", r"\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b", "<MAC>"),
+    MaskRule("mac", r"(?=[0-9a-fA-F]{2}:)\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b", "<MAC>"),
     MaskRule(
         "timestamp",
-        r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+        r"(?=[\dMTWFSJAOND])"  # every branch starts with one of these
+        r"(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
         r"|\b\d{2}/\d{2}/\d{2,4}[ :]\d{2}:\d{2}:\d{2}"
         r"|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
         r" +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"
         r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:\d{2}:\d{2}"
         r"|\b\d{8}-\d{1,2}:\d{1,2}:\d{1,2}:\d{1,3}\b"  # 20171223-22:15:29:606 (HealthApp)
-        r"|\b\d{2}:\d{2}:\d{2}(?:[.,:]\d+)?",
+        r"|\b\d{2}:\d{2}:\d{2}(?:[.,:]\d+)?)",
         "<TS>",
     ),
     MaskRule("date", r"\b\d{4}[.-]\d{2}[.-]\d{2}\b", "<DATE>"),
@@ -64,15 +69,33 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
     ),
     MaskRule("ipv4", r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "<IP>"),
     # random identifiers: 10+ letters and digits, both present (`jA9J1Wd7019391`, a queue id)
-    MaskRule("identifier", r"\b(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{10,}\b", "<ID>"),
+    MaskRule("identifier", r"\b(?=[A-Za-z0-9]{10})(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{10,}\b", "<ID>"),
     MaskRule("hex", r"\b0[xX][0-9a-fA-F]+\b|\b[0-9a-fA-F]{12,}\b", "<HEX>"),
-    MaskRule("path", r"(?<![\w<])(?:/[\w.\-]+){2,}/?", "<PATH>"),
+    MaskRule("path", r"(?=/)(?<![\w<])(?:/[\w.\-]+){2,}/?", "<PATH>"),
     # a process, thread or task id named as such, whatever its length (`pid 812`, `pid=812`,
     # Spark's `Got assigned task 479` and `(TID 479)`): kept as a short integer, a baseline
     # of 4-digit ids made every 3-digit one a word never seen (docs/quality.md)
     MaskRule("named_id", r"(?:(?<=\b(?:TID|tid|PID|pid)[ =])|(?<=\btask ))\d+(?![\w.])", "<NUM>"),
-    MaskRule("number", r"(?<![\w.])-?\d+\.\d+(?![\w.])|(?<![\w.])\d{4,}(?![\w.])", "<NUM>"),
+    MaskRule("number", r"(?=[-\d])(?:(?<![\w.])-?\d+\.\d+(?![\w.])|(?<![\w.])\d{4,}(?![\w.]))", "<NUM>"),
 )
+
+# Literals without which a default rule cannot match (it needs one of them): `mask` skips the
+# rule's regex scan on a line that has none. Looked up by the default pattern, so a rule
+# whose pattern a user edited (or a model saved with older patterns) always runs.
+_REQUIRED_LITERALS = {
+    "mac": (":",),
+    "timestamp": (":",),
+    "date": (".", "-"),
+    "syslog_host": ("<TS> ", "<DATE> "),
+    "uuid": ("-",),
+    "block_id": ("blk_",),
+    "request_id": ("req-",),
+    "hostname": (".",),
+    "ipv4": (".",),
+    "path": ("/",),
+    "named_id": ("TID", "tid", "PID", "pid", "task "),
+}
+_PREFILTERS = {rule.pattern: _REQUIRED_LITERALS.get(rule.name, ()) for rule in DEFAULT_RULES}
 
 LEVELS = {
     "TRACE": "debug", "DEBUG": "debug", "INFO": "info", "NOTICE": "info",
@@ -88,11 +111,15 @@ class Normalizer:
 
     def __init__(self, rules: tuple[MaskRule, ...] | list[MaskRule] = DEFAULT_RULES) -> None:
         self.rules = tuple(rules)
-        self._compiled = [(re.compile(r.pattern), r.replacement) for r in self.rules]
+        self._compiled = [
+            (re.compile(r.pattern), r.replacement, _PREFILTERS.get(r.pattern, ())) for r in self.rules
+        ]
 
     def mask(self, line: str) -> str:
         line = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")
-        for regex, replacement in self._compiled:
+        for regex, replacement, literals in self._compiled:
+            if literals and not any(literal in line for literal in literals):
+                continue  # the rule cannot match here
             line = regex.sub(replacement, line)
         return line
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,14 +73,19 @@ class TailFit:
     body: tuple[float, ...]  # scores at the survival probabilities `_body_survival(peak_share)`
     samples: int
 
+    @cached_property
+    def _body_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """(body scores, their survival probabilities), built once: every line below u reads them."""
+        return np.asarray(self.body), _body_survival(self.peak_share)
+
     def log10_sf(self, x: float) -> float:
         """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
         if x >= self.u:
             log_sf = float(gpd_log_sf(np.asarray(x - self.u), self.sigma, self.xi))
             return math.log10(self.peak_share) + log_sf / math.log(10)
-        survival = _body_survival(self.peak_share)
+        body, survival = self._body_curve
         # np.interp needs increasing x: body scores rise as survival falls
-        return math.log10(float(np.interp(x, self.body, survival, left=1.0)))
+        return math.log10(float(np.interp(x, body, survival, left=1.0)))
 
     def score(self, x: float) -> float:
         """-log10 p: how many orders of magnitude rarer than 1 in 1 a normal line this high is."""
@@ -92,8 +98,8 @@ class TailFit:
     def raw_threshold(self, false_alarm_rate: float) -> float:
         """The raw score whose tail probability is `false_alarm_rate`."""
         if false_alarm_rate >= self.peak_share:
-            survival = _body_survival(self.peak_share)
-            return float(np.interp(false_alarm_rate, survival[::-1], np.asarray(self.body)[::-1]))
+            body, survival = self._body_curve
+            return float(np.interp(false_alarm_rate, survival[::-1], body[::-1]))
         ratio = false_alarm_rate / self.peak_share
         if self.xi == 0:
             return self.u - self.sigma * math.log(ratio)

@@ -12,7 +12,7 @@ import pytest
 
 from logstream.cli import LineUnit
 from logstream.detector import line_evidence
-from logstream.scoring import LINE_UNITS, Calibration, ScoringConfig, line_score
+from logstream.scoring import LINE_UNITS, Calibration, ScoringConfig, line_surprisal, surprising_tokens
 from logstream.tokenizer import LineTokenizer, train_tokenizer
 
 BASELINE = [f"sshd[{i}]: Accepted password for user{i % 7} from host port {i * 13}" for i in range(200)]
@@ -51,10 +51,11 @@ def test_top_k_of_words_takes_each_word_once() -> None:
     top 3 of words is that word and the two next most surprising ones."""
     nll = np.array([12.0, 11.0, 10.0, 1.0, 2.0, 0.5])
     starts = np.array([True, False, False, True, True, True])
-    assert line_score(nll, 3).surprisal == pytest.approx(11.0)
-    assert line_score(nll, 3, starts).surprisal == pytest.approx((12.0 + 2.0 + 1.0) / 3)
-    assert line_score(nll, 0, starts).surprisal == pytest.approx((12.0 + 1.0 + 2.0 + 0.5) / 4)
-    assert line_score(nll, 3).top_tokens == line_score(nll, 3, starts).top_tokens  # explanations: tokens
+    assert line_surprisal(nll, 3) == pytest.approx(11.0)
+    assert line_surprisal(nll, 3, starts) == pytest.approx((12.0 + 2.0 + 1.0) / 3)
+    assert line_surprisal(nll, 0, starts) == pytest.approx((12.0 + 1.0 + 2.0 + 0.5) / 4)
+    assert line_surprisal(np.array([]), 3, np.array([], dtype=bool)) == 0.0
+    assert surprising_tokens(nll) == ((0, 12.0), (1, 11.0), (2, 10.0))  # explanations: tokens
 
 
 def test_words_are_the_default_and_older_models_keep_tokens() -> None:
@@ -72,4 +73,4 @@ def test_words_are_the_default_and_older_models_keep_tokens() -> None:
     evidence = line_evidence(
         Calibration(), np.array([1.0, 2.0]), "a line", word_starts=np.array([True, False])
     )
-    assert evidence.surprisal.surprisal == pytest.approx(2.0)
+    assert evidence.surprisal == pytest.approx(2.0)
