@@ -27,6 +27,10 @@ results are included when their JSON is in --hdfs-runs.
 not used to set anything): alerts per 1,000 lines in each prequential chunk, at the old
 default rate (1e-3) and the current one. Not all of them are false alarms.
 
+`--bursts` puts one incident of another shape in each dev log: 30 lines of a failing disk
+(`incidents.inject_burst`), early (in the first chunk, which its model trains on) or late,
+and counts the burst lines that alert and the other alerts per 1,000 lines.
+
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
 """
@@ -44,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from logstream.detector import Detector
-from logstream.incidents import INCIDENT_KINDS, inject, strip_label_column
+from logstream.incidents import INCIDENT_KINDS, inject, inject_burst, strip_label_column
 from logstream.inputs import InputStats, parse_lines
 from logstream.model import save_model_dir
 from logstream.normalize import Normalizer
@@ -219,6 +223,36 @@ def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
     return results
 
 
+BURST_AT = (0.3, 0.75)  # where the burst goes: in the first chunk (trained on), in the second
+
+
+def bursts(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
+    """One 30-line disk-error burst (`incidents.inject_burst`) in each dev log, early (inside
+    the first chunk, which its model trains on) or late (in the second): burst lines that
+    alert, and other alerts per 1,000 lines, with every default."""
+    results: dict[str, dict] = {}
+    for dev in DEV_SETS:
+        if dev.seed is None:
+            continue
+        lines, _, _ = load_set(replace(dev, seed=None), data_dir)
+        for at in BURST_AT:
+            log = inject_burst(lines, after=int(len(lines) * at))
+            data = ReplayInput(parse_lines(log.lines), log.labels, InputStats(), None)
+            options = ReplayOptions(
+                input=Path(dev.file), auto_train="all", train_config=TrainConfig(seed=seed)
+            )
+            parts = cached_parts(options, data, out / f"{dev.name}-burst-{at}")
+            columns = score_parts(options, data, parts).columns
+            flagged, labels = columns.flagged() > 0, np.array(log.labels)[columns.numpy("index")]
+            row = {
+                "burst_lines_flagged": f"{int((flagged & (labels == 1)).sum())}/{int(labels.sum())}",
+                "other_alerts_per_1000": round(1000 * float((flagged & (labels == 0)).sum()) / len(lines), 1),
+            }
+            results[f"{dev.name}, burst at {at:.0%}"] = row
+            print(f"  {dev.name:12s} burst at {at:.0%}: {row}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -229,10 +263,14 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*", default=[d.name for d in DEV_SETS])
     parser.add_argument("--seed", type=int, default=0, help="training seed (give each its own --out)")
     parser.add_argument("--other-logs", action="store_true", help="score the other loghub samples instead")
+    parser.add_argument("--bursts", action="store_true", help="a 30-line burst in each dev log instead")
     args = parser.parse_args()
 
     if args.other_logs:
         print(json.dumps(other_logs(args.data, args.out, args.seed)))
+        return
+    if args.bursts:
+        print(json.dumps(bursts(args.data, args.out, args.seed)))
         return
     results: dict[str, dict] = {}
     for dev in DEV_SETS:

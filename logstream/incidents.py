@@ -11,6 +11,9 @@ Kinds, as the kernel and daemons write them:
 - segfault:   a crashing process (`segfault at ... in libc`)
 - auth_flood: sshd throttling a connection flood (`MaxStartups` throttling, dropped connections)
 
+`inject_burst` adds one incident of another shape: 30 lines of a failing disk at one place,
+as real incidents often write (docs/quality.md, "bursts").
+
 A daemon that stops logging is left out: a line score cannot see a line that is not
 there (the end-of-stream score of a *session* can; see docs/quality.md).
 """
@@ -85,6 +88,27 @@ def inject(lines: list[str], seed: int, per_kind: int = 2, start_fraction: float
                 out.lines.append(prefix + message)
                 out.labels.append(1)
                 out.kinds.append(at[i])
+    return out
+
+
+def disk_error_burst(prefix: str, n: int) -> list[str]:
+    """A failing SCSI disk as the kernel logs it, `n` lines alternating two templates (task
+    aborts, SCSI errors): one incident that writes many lines, unlike `inject`'s."""
+    return [
+        f"{prefix}kernel: mptscsih: ioc0: attempting task abort! (sc={0x5A17 * i:08x})"
+        if i % 2 == 0
+        else f"{prefix}kernel: sd 0:0:0:0: SCSI error: return code = 0x{0x2B3F * i:08x}"
+        for i in range(n)
+    ]
+
+
+def inject_burst(lines: list[str], after: int, n: int = 30) -> InjectedLog:
+    """`lines` with a `disk_error_burst` of `n` lines after line `after` (0-based), in its format."""
+    match = _PREFIX.match(lines[after])
+    burst = disk_error_burst(match.group(1) if match else "", n)
+    out = InjectedLog(lines=[*lines[: after + 1], *burst, *lines[after + 1 :]])
+    out.labels = [0] * (after + 1) + [1] * n + [0] * (len(lines) - after - 1)
+    out.kinds = [None] * (after + 1) + ["disk_burst"] * n + [None] * (len(lines) - after - 1)
     return out
 
 

@@ -37,7 +37,12 @@ the raw score (an exponential tail of the last fitted slope): the ranking surviv
 where the probability has no meaning left.
 
 `OnlineTail` refits as normal traffic drifts (DSPOT-style): the calibration sample
-plus the most recent scores that were *not* flagged; a flagged line never moves it.
+plus the most recent scores that were *not* flagged; a flagged line never moves it. A
+refit's shape is never heavier than the calibration's: the scale and the peak threshold
+follow the recent lines, but a few hundred of them mixing common lines with a new period's
+rare ones fitted shapes from one clamp to the other (-0.5 to +0.5 between two refits of a
+Linux log), and a heavier one extrapolates a 3e-4 threshold far past any line (65 nats
+where the largest was 14), silencing the detector (docs/quality.md).
 """
 
 from __future__ import annotations
@@ -165,27 +170,36 @@ def _body_survival(peak_share: float) -> np.ndarray:
     return np.linspace(1.0, peak_share, BODY_POINTS)
 
 
-def _pwm_gpd(excess: np.ndarray) -> tuple[float, float]:
-    """(sigma, xi) of a GPD fitted to sorted excesses by probability-weighted moments."""
+def _pwm_gpd(excess: np.ndarray, xi_max: float = XI_MAX) -> tuple[float, float]:
+    """(sigma, xi) of a GPD fitted to sorted excesses by probability-weighted moments, xi
+    clamped to [XI_MIN, xi_max]."""
     m = len(excess)
     a0 = float(excess.mean())
     a1 = float(np.mean((1 - (np.arange(1, m + 1) - 0.35) / m) * excess))
-    if a0 <= 0 or a0 - 2 * a1 <= 0:
-        return max(a0, 1e-9), 0.0
-    xi = 2 - a0 / (a0 - 2 * a1)  # Hosking's shape k is -xi
-    sigma = 2 * a0 * a1 / (a0 - 2 * a1)
-    if abs(xi) < 1e-6 or xi > XI_MAX or xi < XI_MIN:
-        xi = min(max(xi, XI_MIN), XI_MAX) if abs(xi) >= 1e-6 else 0.0
+    if a0 > 0 and a0 - 2 * a1 > 0:
+        xi = 2 - a0 / (a0 - 2 * a1)  # Hosking's shape k is -xi
+        sigma = 2 * a0 * a1 / (a0 - 2 * a1)
+    else:  # every peak ties, or a tail too heavy for the moments: exponential, clamped below
+        xi, sigma = 0.0, max(a0, 1e-9)
+    if abs(xi) < 1e-6 or xi > xi_max or xi < XI_MIN:
+        xi = min(max(xi, XI_MIN), xi_max) if abs(xi) >= 1e-6 else min(0.0, xi_max)
         # refit sigma for the clamped shape: the GPD's mean excess is sigma / (1 - xi)
-        sigma = a0 * (1 - xi)
-    if xi < 0:  # a bounded tail must end beyond every peak it was fitted on
-        xi = max(xi, -sigma / (1.05 * float(excess[-1])))
+        sigma = max(a0, 1e-9) * (1 - xi)
+    top = float(excess[-1])
+    if xi < 0 and top > 0:  # a bounded tail must end beyond every peak it was fitted on
+        if -sigma / (1.05 * top) <= xi_max:
+            xi = max(xi, -sigma / (1.05 * top))
+        else:  # a shape heavier than xi_max would: the scale stretches instead
+            xi, sigma = xi_max, -xi_max * 1.05 * top
     return sigma, xi
 
 
-def fit_tail(scores: np.ndarray | list[float], max_outlier_share: float = MAX_OUTLIER_SHARE) -> TailFit:
+def fit_tail(
+    scores: np.ndarray | list[float], max_outlier_share: float = MAX_OUTLIER_SHARE, xi_max: float = XI_MAX
+) -> TailFit:
     """Fit the tail of held-out normal scores; raises ValueError with too few of them.
-    At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1)."""
+    At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1).
+    `xi_max`: the heaviest shape allowed (an online refit's: the calibration's)."""
     x = np.sort(np.asarray(scores, dtype=float))
     x = x[np.isfinite(x)]
     n = len(x)
@@ -204,7 +218,7 @@ def fit_tail(scores: np.ndarray | list[float], max_outlier_share: float = MAX_OU
     # come back (a heavy tail is data, not noise), the rest stay out (incidents stay implausible)
     for _ in range(8):
         n_kept = int(plausible.sum())
-        sigma, xi = _pwm_gpd(excess[plausible]) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
+        sigma, xi = _pwm_gpd(excess[plausible], xi_max) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
         again = gpd_log_sf(excess, sigma, xi) >= math.log(OUTLIER_RATE / n_peaks)
         if np.array_equal(again, plausible) or n_peaks - again.sum() > max_outlier_share * n:
             break
@@ -249,10 +263,12 @@ class OnlineTail:
     takes effect from the next line on, however the lines were batched (replay and serve
     batch differently); every `refit_every` unflagged scores the tail is fitted again.
     Flagged scores are never added, so an incident cannot teach the threshold to accept it.
+    Refits take the calibration's shape as the heaviest allowed (`fit_tail(xi_max=...)`).
     """
 
     def __init__(self, fit: TailFit, reference: list[float], refit_every: int = 500) -> None:
         self.fit = fit
+        self._xi_max = fit.xi
         self._reference = list(reference)
         self._recent: deque[float] = deque(maxlen=max(len(reference), 1000))
         self._refit_every = refit_every
@@ -264,5 +280,5 @@ class OnlineTail:
         self._recent.append(raw)
         self._since_refit += 1
         if self._since_refit >= self._refit_every:
-            self.fit = fit_tail([*self._reference, *self._recent])
+            self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max)
             self._since_refit = 0

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from logstream.detector import Detector
-from logstream.incidents import inject, strip_label_column
+from logstream.incidents import inject, inject_burst, strip_label_column
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
@@ -136,6 +136,30 @@ def test_an_incident_in_the_baseline_is_learned_less() -> None:
         scored = detector.score([LogRecord(line=line) for line in baseline])
         scores[once] = np.array([scored[i].score for i in incident])
     assert len(incident) == 13 and (scores[True] > scores[False]).all(), scores
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX.is_file(), reason=f"shared loghub data not found at {LINUX}")
+def test_a_new_burst_late_in_the_log_alerts_after_the_online_refits(tmp_path: Path) -> None:
+    """`replay --auto-train all` of Linux_2k with 30 lines of a failing disk after line 1,500,
+    the most surprising lines of the file: they alert. Before the refits kept the calibration's
+    shape, the refit at line 1,500 fitted a heavier tail (xi -0.5 -> +0.5) that put the
+    threshold at 65 nats, and none did."""
+    lines = LINUX.read_text(encoding="utf-8", errors="replace").splitlines()
+    log = tmp_path / "burst.log"
+    log.write_text("\n".join(inject_burst(lines, after=1500).lines) + "\n")
+    scores = tmp_path / "scores.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "replay", str(log), "--auto-train", "all",
+         "--out", str(scores), "--json"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in scores.read_text().splitlines()]
+    burst = [r for r in rows if "SCSI error" in r["text"] or "task abort" in r["text"]]
+    assert len(burst) == 30 and sum(r["anomaly"] for r in burst) >= 28, [r["score"] for r in burst]
+    others = sum(r["anomaly"] for r in rows) - sum(r["anomaly"] for r in burst)
+    assert others <= 3 * len(lines) / 1000, others
 
 
 @pytest.mark.slow

@@ -124,6 +124,24 @@ def test_online_refit_follows_drift_but_never_learns_flagged_scores() -> None:
     assert ignores.fit == fit_tail(reference)
 
 
+def test_an_online_refit_follows_drift_but_never_a_heavier_shape() -> None:
+    """Recent lines with a tail of rare high scores: the refit's scale grows with them (the
+    threshold follows), but its shape stays at the calibration's bounded one. Unbounded, the
+    same sample fits a heavier tail, which put a 3e-4 threshold at 65 nats on a real log and
+    silenced a 30-line burst of new disk errors (docs/quality.md)."""
+    rng = np.random.default_rng(3)
+    reference = reference_sample(list(rng.uniform(0, 10, 1000)))
+    calibrated = fit_tail(reference)
+    recent = np.r_[rng.uniform(0, 10, 900), 10 + rng.exponential(3, 100)]
+    rng.shuffle(recent)
+    online = OnlineTail(calibrated, reference, refit_every=500)
+    for raw in recent:
+        online.observe(float(raw), flagged=False)
+    assert calibrated.xi < 0 and online.fit.xi <= calibrated.xi
+    assert fit_tail([*reference, *recent]).xi > calibrated.xi  # what an unbounded refit would take
+    assert online.fit.raw_threshold(1e-3) > calibrated.raw_threshold(1e-3) + 5
+
+
 def test_the_fit_is_honest_about_its_largest_sample() -> None:
     """300 bimodal scores (plain lines near 1, a hump of rare ones up to 13): the fit claims at
     most 5/(n+1) beyond the largest sample, so a 1e-3 threshold is not far past anything seen."""
