@@ -249,8 +249,9 @@ def main() -> None:
         started = time.perf_counter()
         for start in range(split, len(records), BATCH_LINES):
             detector.score(records[start : start + BATCH_LINES])
-        if time.perf_counter() - started < seconds:
-            seconds, step_seconds = time.perf_counter() - started, timed.seconds
+        elapsed = time.perf_counter() - started
+        if elapsed < seconds:
+            seconds, step_seconds = elapsed, timed.seconds
 
     print(
         f"{'lever':<20} {'lines/s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'%flops':>7} {'GB/s':>6} {'%bw':>6} {'drift':>9}"

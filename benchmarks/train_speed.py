@@ -79,7 +79,8 @@ def main() -> None:
     sink_ids = prompt_ids(tokenizer, prompt, sink_budget(config, window))
     torch.manual_seed(config.seed)
     model = build_model(args.preset, tokenizer, max_positions=len(sink_ids) + window)
-    examples = make_examples(streams, tokenizer, normalizer, window)
+    encoded = [tokenizer.encode_lines([normalizer.mask(line) for line in s.lines]) for s in streams]
+    examples = make_examples(streams, encoded, tokenizer.eos_id, window)
 
     S, cfg = len(sink_ids), model.config
     shapes = batch_shapes(len(examples), [len(ids) for ids, _, _ in examples], config, args.steps)

@@ -154,19 +154,20 @@ Example = tuple[list[int], list[int], list[float]]  # token ids, line index per 
 
 def make_examples(
     streams: list[Stream],
-    tokenizer: LineTokenizer,
-    normalizer: Normalizer,
+    encoded: list[list[list[int]]],
+    eos_id: int,
     window: int,
     line_weights: list[list[float]] | None = None,
 ) -> list[Example]:
     """(token ids, line index per token, loss weight per token) windows of whole lines, at
-    most `window` tokens each. `line_weights`: per stream, per line (default 1)."""
+    most `window` tokens each. `encoded`: per stream, its masked lines' token ids
+    (`LineTokenizer.encode_lines`); `line_weights`: per stream, per line (default 1)."""
     examples = []
     for k, stream in enumerate(streams):
-        lines = tokenizer.encode_lines([normalizer.mask(line) for line in stream.lines])
+        lines = list(encoded[k])
         weights = line_weights[k] if line_weights is not None else [1.0] * len(lines)
         if stream.ended:
-            lines.append([tokenizer.eos_id])  # the end of the stream is a "line" to predict
+            lines.append([eos_id])  # the end of the stream is a "line" to predict
             weights = [*weights, 1.0]
         ids: list[int] = []
         line_of: list[int] = []
@@ -184,8 +185,9 @@ def make_examples(
     return examples
 
 
-def rare_event_weights(streams: list[Stream], normalizer: Normalizer, epochs: float) -> list[list[float]]:
-    """Per stream, per line: min(1, n / epochs), n the lines of its Drain template in `streams`.
+def rare_event_weights(masked: list[list[str]], epochs: float) -> list[list[float]]:
+    """Per stream, per masked line: min(1, n / epochs), n the lines of its Drain template in
+    all of `masked`.
 
     Every line is read `epochs` times; the robust cap (`robust_token_weights`) lowers a
     surprising line's weight in each batch but not how often it comes back, so a small
@@ -194,7 +196,7 @@ def rare_event_weights(streams: list[Stream], normalizer: Normalizer, epochs: fl
     once, and a template seen at least once per epoch as before (docs/quality.md, "rare
     events count once")."""
     miner = PatternMiner()
-    clusters = [[miner.add(normalizer.mask(line)).cluster for line in s.lines] for s in streams]
+    clusters = [[miner.add(line).cluster for line in stream] for stream in masked]
     lines = Counter(c for stream in clusters for c in stream)
     return [[min(1.0, lines[c] / epochs) for c in stream] for stream in clusters]
 
@@ -342,7 +344,8 @@ def train(
     started = time.time()
     lines = [line for s in train_streams for line in s.lines]
     normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
-    masked = [normalizer.mask(line) for line in lines]
+    masked_streams = [[normalizer.mask(line) for line in s.lines] for s in train_streams]
+    masked = [line for stream in masked_streams for line in stream]
     # the templates the model knows: those of the whole baseline, held-out lines too, so
     # that calibration can measure each one's usual surprise (template centering)
     baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
@@ -364,11 +367,12 @@ def train(
         preset = start_from.meta["preset"]
         sink_ids = prompt_ids(tokenizer, prompt, start_from.meta["sink_tokens"])
         known = [t.text for t in mine([*start_from.meta["templates"], *baseline]).templates()]
-    examples = make_examples(train_streams, tokenizer, normalizer, window)
+    encoded = [tokenizer.encode_lines(stream) for stream in masked_streams]
+    examples = make_examples(train_streams, encoded, tokenizer.eos_id, window)
     steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
     if config.rare_events_once and epochs > 1:  # the same windows (their number set the epochs), weighted
-        weights = rare_event_weights(train_streams, normalizer, epochs)
-        examples = make_examples(train_streams, tokenizer, normalizer, window, weights)
+        weights = rare_event_weights(masked_streams, epochs)
+        examples = make_examples(train_streams, encoded, tokenizer.eos_id, window, weights)
     loss = fit(model, examples, sink_ids, config, steps, progress)
     meta = {
         "preset": preset,
