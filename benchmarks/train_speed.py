@@ -35,7 +35,15 @@ from logstream.model import PRESETS, build_model
 from logstream.normalize import Normalizer
 from logstream.patterns import mine, pattern_prompt
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
-from logstream.train import TrainConfig, fit, heldout_split, make_examples, plan_window, sink_budget
+from logstream.train import (
+    TrainConfig,
+    fit,
+    heldout_split,
+    make_examples,
+    mask_streams,
+    plan_window,
+    sink_budget,
+)
 
 DATA = Path("../shared/data/hdfs/train_sessions.jsonl")
 LEVERS = {"eager": {}, "compile": {"compile": True}, "bf16_autocast": {"autocast": torch.bfloat16}}
@@ -79,7 +87,7 @@ def main() -> None:
     sink_ids = prompt_ids(tokenizer, prompt, sink_budget(config, window))
     torch.manual_seed(config.seed)
     model = build_model(args.preset, tokenizer, max_positions=len(sink_ids) + window)
-    encoded = [tokenizer.encode_lines([normalizer.mask(line) for line in s.lines]) for s in streams]
+    encoded = [tokenizer.encode_lines(masked) for masked in mask_streams(streams, normalizer)]
     examples = make_examples(streams, encoded, tokenizer.eos_id, window)
 
     S, cfg = len(sink_ids), model.config

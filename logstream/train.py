@@ -152,6 +152,12 @@ def heldout_split(streams: list[Stream], config: TrainConfig) -> tuple[list[Stre
 Example = tuple[list[int], list[int], list[float]]  # token ids, line index per token, weight per token
 
 
+def mask_streams(streams: list[Stream], normalizer: Normalizer) -> list[list[str]]:
+    """Per stream, its lines as the normalizer masks them: what the tokenizer, the examples and
+    the template miner of training read."""
+    return [[normalizer.mask(line) for line in stream.lines] for stream in streams]
+
+
 def make_examples(
     streams: list[Stream],
     encoded: list[list[list[int]]],
@@ -342,9 +348,8 @@ def train(
     if not any(s.lines for s in train_streams) or not any(s.lines for s in heldout):
         raise UserError("training data: too few lines to train and hold out a calibration set")
     started = time.time()
-    lines = [line for s in train_streams for line in s.lines]
     normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
-    masked_streams = [[normalizer.mask(line) for line in s.lines] for s in train_streams]
+    masked_streams = mask_streams(train_streams, normalizer)
     masked = [line for stream in masked_streams for line in stream]
     # the templates the model knows: those of the whole baseline, held-out lines too, so
     # that calibration can measure each one's usual surprise (template centering)
@@ -383,7 +388,7 @@ def train(
         "pattern_prompt": prompt,
         "templates": known[:MAX_TEMPLATES],
         "train_config": asdict(config),
-        "train_lines": len(lines),
+        "train_lines": len(masked),
         "heldout_lines": sum(len(s.lines) for s in heldout),
         "train_tokens": sum(len(ids) for ids, _, _ in examples),
         "train_steps": steps,

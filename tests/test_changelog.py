@@ -26,7 +26,7 @@ ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown op
 # entries lose the context they had beyond the window (the approximation of an eviction).
 # 0.3 is a factor 2 in tail probability. How close a rebuild comes depends on the model: the
 # synthetic model trained on an Intel CPU stayed within 0.15, the same training on an AMD EPYC
-# gave 0.198 (one line of 100, at score 1.5); a cold stream moves by up to 1.3 on either.
+# gave 0.198 (one line of 100, at score 1.5), where a cold stream moves by up to 1.3.
 RESTORE_TOLERANCE = 0.3
 
 

@@ -9,6 +9,7 @@ from logstream.synth import generate_lines
 from logstream.train import (
     Stream,
     TrainConfig,
+    mask_streams,
     rare_event_weights,
     robust_token_weights,
     split_heldout,
@@ -55,7 +56,6 @@ def test_a_one_off_line_weighs_one_reading_of_it() -> None:
         Stream("web", [*routine[:15], "kernel: Out of memory: Kill process 812 (java)", *routine[15:]]),
         Stream("db", ["checkpoint complete", "checkpoint complete"]),
     ]
-    normalizer = Normalizer()
-    web, db = rare_event_weights([[normalizer.mask(line) for line in s.lines] for s in streams], epochs=10.0)
+    web, db = rare_event_weights(mask_streams(streams, Normalizer()), epochs=10.0)
     assert web[15] == 0.1 and web[:15] == web[16:] == [1.0] * 15
     assert db == [0.2, 0.2]
