@@ -328,6 +328,21 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
     return calibration
 
 
+def incident_sessions(config: ScoringConfig, sessions: list[list[Observation]]) -> set[int]:
+    """The held-out sessions that look like whole incidents: those whose most surprising line
+    a session tail of these worst lines drops as outliers (at most SESSION_OUTLIER_SHARE of
+    them). Their lines and ends stay out of the line and end tails: a baseline with a few
+    percent of incident sessions has a few more incident lines than the line tail's 0.5% cap
+    can tell from rare normal lines, and they stretched it over every incident like them
+    (docs/quality.md, "Contaminated baseline")."""
+    if len(sessions) < 20:
+        return set()
+    worst = [max((config.evidence(o.surprisal, o.severity, o.novel, o.repeats) for o in seen), default=0.0)
+             for seen in sessions]  # fmt: skip
+    dropped = fit_tail(worst, SESSION_OUTLIER_SHARE).outliers
+    return {int(k) for k in np.argsort(worst, kind="stable")[len(worst) - dropped :]}
+
+
 def fit_sessions(calibration: Calibration, worst: list[float]) -> None:
     """Fit the session tail on held-out sessions' worst calibrated line/end scores."""
     calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)

@@ -77,6 +77,7 @@ class TailFit:
     xi: float
     body: tuple[float, ...]  # scores at the survival probabilities `_body_survival(peak_share)`
     samples: int
+    outliers: int = 0  # how many of the largest samples the fit dropped as incidents
 
     @cached_property
     def _body_curve(self) -> tuple[np.ndarray, np.ndarray]:
@@ -123,6 +124,7 @@ class TailFit:
             xi=_finite(data["xi"], "xi"),
             body=tuple(_finite(b, "body") for b in data["body"]),
             samples=count(data["samples"], "samples"),
+            outliers=count(data.get("outliers", 0), "outliers"),  # absent in models saved before stop 19
         )
         if not 0 < fit.peak_share <= 1 or fit.sigma <= 0 or not XI_MIN <= fit.xi <= XI_MAX:
             raise ValueError(
@@ -227,7 +229,10 @@ def fit_tail(
     peak_share = n_kept / len(normal)
     sigma = _anchor_at_maximum(sigma, xi, float(excess[n_kept - 1]), peak_share, len(normal))
     body = np.quantile(normal, 1.0 - _body_survival(peak_share))
-    return TailFit(u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n)
+    return TailFit(
+        u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n,
+        outliers=n_peaks - n_kept,
+    )  # fmt: skip
 
 
 def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: float, n: int) -> float:

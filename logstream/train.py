@@ -49,6 +49,7 @@ from logstream.scoring import (
     ScoringConfig,
     fit_calibration,
     fit_sessions,
+    incident_sessions,
     session_worst,
 )
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
@@ -306,8 +307,7 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     """
     detector.reset()
     detector.calibration = Calibration(config=config)  # observations only, no tails yet
-    lines: list[Observation] = []
-    end_raw: list[float] = []
+    lines: list[Observation] = []  # of held-out streams that did not end
     sessions: list[tuple[list[Observation], float]] = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
@@ -315,11 +315,14 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
             seen = [
                 Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template) for s in session.lines
             ]
-            lines += seen
-            if session.end is not None:
-                end_raw.append(session.end.raw)
+            if session.end is None:
+                lines += seen
+            else:
                 sessions.append((seen, session.end.raw))
-    calibration = fit_calibration(config, lines, end_raw)
+    incidents = incident_sessions(config, [seen for seen, _ in sessions])
+    kept = [session for k, session in enumerate(sessions) if k not in incidents]
+    lines += [o for seen, _ in kept for o in seen]
+    calibration = fit_calibration(config, lines, [end for _, end in kept])
     worst = [
         session_worst(
             [calibration.line_score(calibration.evidence(o)) for o in seen],
