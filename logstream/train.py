@@ -302,8 +302,9 @@ def fit(
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
     """Fit the detector's calibration to what it observes on held-out baseline streams.
 
-    The line and end tails come from the held-out lines and stream ends; the session tail
-    from each held-out session's worst calibrated score. No labels are involved.
+    The line and end tails come from the held-out lines and stream ends, less the sessions
+    that look like whole incidents (`scoring.incident_sessions`); the session tail from each
+    held-out session's worst calibrated score. No labels are involved.
     """
     detector.reset()
     detector.calibration = Calibration(config=config)  # observations only, no tails yet
