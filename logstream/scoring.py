@@ -275,7 +275,7 @@ def _fit(
     samples: list[float], max_outlier_share: float = MAX_OUTLIER_SHARE
 ) -> tuple[TailFit | None, list[float]]:
     """A tail and its reference sample, or (None, []) with too few samples."""
-    if len(samples) < 20:
+    if len(samples) < MIN_SAMPLES:
         return None, []
     return fit_tail(samples, max_outlier_share), reference_sample(samples)
 
@@ -335,10 +335,10 @@ def incident_sessions(config: ScoringConfig, sessions: list[list[Observation]]) 
     percent of incident sessions has a few more incident lines than the line tail's 0.5% cap
     can tell from rare normal lines, and they stretched it over every incident like them
     (docs/quality.md, "Contaminated baseline")."""
-    if len(sessions) < 20:
+    if len(sessions) < MIN_SAMPLES:
         return set()
-    worst = [max((config.evidence(o.surprisal, o.severity, o.novel, o.repeats) for o in seen), default=0.0)
-             for seen in sessions]  # fmt: skip
+    evidence = Calibration(config=config).evidence  # raw: no template offsets yet
+    worst = [max(map(evidence, seen), default=0.0) for seen in sessions]
     dropped = fit_tail(worst, SESSION_OUTLIER_SHARE).outliers
     return {int(k) for k in np.argsort(worst, kind="stable")[len(worst) - dropped :]}
 
