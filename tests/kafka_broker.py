@@ -73,8 +73,10 @@ def stop_process_group(process: subprocess.Popen[bytes] | None, timeout: float) 
 class KafkaBroker:
     """One KRaft node (broker + controller) whose data lives under `work_dir`."""
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, cluster_id: str | None = None) -> None:
         self.work_dir = work_dir
+        # a KRaft cluster id: 16 random bytes, URL-safe base64 without padding
+        self.cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.port = free_port()
         self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -111,11 +113,11 @@ class KafkaBroker:
         )
         (self.work_dir / "log4j2.properties").write_text(_LOG4J)
         if not (data / "meta.properties").exists():
-            # a KRaft cluster id: 16 random bytes, URL-safe base64 without padding
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             format_cmd = [*self._java, "kafka.tools.StorageTool", "format"]
             subprocess.run(
-                [*format_cmd, "-t", cluster_id, "-c", str(config)],
+                # `--cluster-id=ID`, not `-t ID`: one id in 64 starts with "-", which the
+                # argument parser takes for an option
+                [*format_cmd, f"--cluster-id={self.cluster_id}", "-c", str(config)],
                 check=True,
                 capture_output=True,
                 timeout=120,
