@@ -11,7 +11,7 @@ lever and repetition, interleaved, best time kept (the machine is shared: compar
 run). Each lever's token NLLs are compared with the first lever's (`drift`).
 
 Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
-default), bigger chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
+default), bigger or smaller chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
 and cache, one thread instead of two, an int8 ring. Then the default Detector end to end (masking,
 tokenizing, mining, scoring; best of --reps): the engine's share and the host's microseconds
 per line. FLOPs per token: `roofline.engine_flops_per_token`
@@ -61,6 +61,7 @@ LEVERS: dict[str, Lever] = {
     "reference": Lever(reference=True),
     "flash_cpu": Lever(),
     "chunk_1024": Lever(chunk_tokens=1024),
+    "chunk_64": Lever(chunk_tokens=64),
     "compile": Lever(compile=True),
     "compile_chunk_1024": Lever(compile=True, chunk_tokens=1024),
     "bf16": Lever(dtype=torch.bfloat16),
