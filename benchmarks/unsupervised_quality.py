@@ -47,6 +47,7 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -152,6 +153,15 @@ def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dic
     return out
 
 
+def caught(flagged: Sequence[bool], kinds: list[str | None]) -> dict[str, str]:
+    """Incident lines flagged / injected, per kind present."""
+    return {
+        kind: f"{sum(f for f, k in zip(flagged, kinds, strict=True) if k == kind)}/{kinds.count(kind)}"
+        for kind in INCIDENT_KINDS
+        if kind in kinds
+    }
+
+
 def score_with(parts: list[Part], data: ReplayInput, config: ScoringConfig) -> ReplayReport:
     """Every chunk model calibrated afresh with `config` on its own held-out lines, then the replay."""
     options = ReplayOptions(input=Path("-"))
@@ -170,11 +180,7 @@ def run_variants(parts: list[Part], data: ReplayInput, kinds: list[str | None]) 
         scores, flagged = columns.scores(), columns.flagged() > 0
         results[name] = evaluate(scores, flagged, labels[columns.numpy("index")])
         if name == "logstream":
-            results[name]["caught"] = {
-                kind: f"{sum(f for f, k in zip(flagged, kinds, strict=True) if k == kind)}/{kinds.count(kind)}"
-                for kind in INCIDENT_KINDS
-                if kind in kinds
-            }
+            results[name]["caught"] = caught(flagged, kinds)
     return results
 
 
@@ -284,10 +290,7 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
             labels += later.labels
             kinds += later.kinds
         row = evaluate(np.array(scores), np.array(flagged), np.array(labels))
-        row["caught"] = {
-            kind: f"{sum(f for f, k in zip(flagged, kinds, strict=True) if k == kind)}/{kinds.count(kind)}"
-            for kind in INCIDENT_KINDS
-        }
+        row["caught"] = caught(flagged, kinds)
         results[dev.name] = row
         print(f"  {dev.name:12s} {row}", flush=True)
     return results
