@@ -34,7 +34,8 @@ and counts the burst lines that alert and the other alerts per 1,000 lines.
 `--halves` is the issue's new-user case: `logstream train` with every default on the first
 half of each dev log, then the second half, with incidents injected at seeds 0-4 (2 of each
 kind per seed), scored by that model (as `replay --model`): lines caught per kind, false
-alarms per 1,000 normal lines, and AUC-PR / F1 over the five seeds' lines together.
+alarms per 1,000 normal lines, and AUC-PR / F1 over the five seeds' lines together; and
+(`tokens`) how the model sees the lines it does not know (`unseen_tokens`).
 
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
@@ -268,6 +269,24 @@ def bursts(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
 HALVES_SEEDS = range(5)  # injection seeds of --halves
 
 
+def unseen_tokens(token_nll: list[np.ndarray], labels: list[int], vocab_size: int) -> dict[str, float]:
+    """What the model says of lines it does not know. A line is unseen when its median token
+    costs more than half of ln V, V the vocabulary: the model is closer to a uniform guess
+    than to knowing it. Median token NLL of the incident lines and of the unseen normal ones,
+    and how many normal lines per 1,000 are unseen."""
+    median = np.array([float(np.median(nll)) if len(nll) else 0.0 for nll in token_nll])
+    labels_ = np.array(labels)
+    unseen_normal = (median > math.log(vocab_size) / 2) & (labels_ == 0)
+    return {
+        "ln_vocab": round(math.log(vocab_size), 2),
+        "incident_median": round(float(np.median(median[labels_ == 1])), 2),
+        "unseen_normal_median": round(float(np.median(median[unseen_normal])), 2)
+        if unseen_normal.any()
+        else None,
+        "unseen_normal_per_1000": round(1000 * float(unseen_normal.sum()) / int((labels_ == 0).sum()), 1),
+    }
+
+
 def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
     """Train on each dev log's first half with every default; score its second half with
     incidents injected at each of HALVES_SEEDS by a fresh copy of that model."""
@@ -281,16 +300,19 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         if not (model_dir / "logstream.json").is_file():
             trained = train(streams_from_lines(lines[:half]), TrainConfig(seed=seed))
             save_model_dir(model_dir, trained.model, trained.tokenizer, trained.meta)
-        scores, flagged, labels, kinds = [], [], [], []
+        scores, flagged, labels, kinds, token_nll = [], [], [], [], []
         for injection in HALVES_SEEDS:
             later = inject(lines[half:], seed=injection)
-            scored = Detector.load(model_dir).score([LogRecord(line=line) for line in later.lines])
+            records = [LogRecord(line=line) for line in later.lines]
+            scored = Detector.load(model_dir).score(records)
             scores += [line.score for line in scored]
             flagged += [line.is_anomaly for line in scored]
             labels += later.labels
             kinds += later.kinds
+            token_nll += Detector.load(model_dir).token_surprisal(records)[2]
         row = evaluate(np.array(scores), np.array(flagged), np.array(labels))
         row["caught"] = caught(flagged, kinds)
+        row["tokens"] = unseen_tokens(token_nll, labels, Detector.load(model_dir).engine.vocab_size)
         results[dev.name] = row
         print(f"  {dev.name:12s} {row}", flush=True)
     return results
