@@ -57,7 +57,7 @@ import numpy as np
 from logstream.detector import Detector
 from logstream.incidents import INCIDENT_KINDS, inject, inject_burst, strip_label_column
 from logstream.inputs import InputStats, parse_lines, streams_from_lines
-from logstream.model import save_model_dir
+from logstream.model import load_model_dir, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 from logstream.records import LogRecord
@@ -269,21 +269,21 @@ def bursts(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
 HALVES_SEEDS = range(5)  # injection seeds of --halves
 
 
-def unseen_tokens(token_nll: list[np.ndarray], labels: list[int], vocab_size: int) -> dict[str, float]:
+def unseen_tokens(token_nll: list[np.ndarray], labels: list[int], vocab_size: int) -> dict[str, float | None]:
     """What the model says of lines it does not know. A line is unseen when its median token
     costs more than half of ln V, V the vocabulary: the model is closer to a uniform guess
     than to knowing it. Median token NLL of the incident lines and of the unseen normal ones,
     and how many normal lines per 1,000 are unseen."""
     median = np.array([float(np.median(nll)) if len(nll) else 0.0 for nll in token_nll])
-    labels_ = np.array(labels)
-    unseen_normal = (median > math.log(vocab_size) / 2) & (labels_ == 0)
+    incident = np.array(labels) == 1
+    unseen_normal = (median > math.log(vocab_size) / 2) & ~incident
     return {
         "ln_vocab": round(math.log(vocab_size), 2),
-        "incident_median": round(float(np.median(median[labels_ == 1])), 2),
+        "incident_median": round(float(np.median(median[incident])), 2),
         "unseen_normal_median": round(float(np.median(median[unseen_normal])), 2)
         if unseen_normal.any()
         else None,
-        "unseen_normal_per_1000": round(1000 * float(unseen_normal.sum()) / int((labels_ == 0).sum()), 1),
+        "unseen_normal_per_1000": round(1000 * float(unseen_normal.sum()) / int((~incident).sum()), 1),
     }
 
 
@@ -300,19 +300,21 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         if not (model_dir / "logstream.json").is_file():
             trained = train(streams_from_lines(lines[:half]), TrainConfig(seed=seed))
             save_model_dir(model_dir, trained.model, trained.tokenizer, trained.meta)
+        model, tokenizer, meta = load_model_dir(model_dir)
         scores, flagged, labels, kinds, token_nll = [], [], [], [], []
         for injection in HALVES_SEEDS:
             later = inject(lines[half:], seed=injection)
             records = [LogRecord(line=line) for line in later.lines]
-            scored = Detector.load(model_dir).score(records)
+            # each pass from fresh stream state (rings, online tail), as one replay of the file
+            scored = Detector(model, tokenizer, meta).score(records)
             scores += [line.score for line in scored]
             flagged += [line.is_anomaly for line in scored]
             labels += later.labels
             kinds += later.kinds
-            token_nll += Detector.load(model_dir).token_surprisal(records)[2]
+            token_nll += Detector(model, tokenizer, meta).token_surprisal(records)[2]
         row = evaluate(np.array(scores), np.array(flagged), np.array(labels))
         row["caught"] = caught(flagged, kinds)
-        row["tokens"] = unseen_tokens(token_nll, labels, Detector.load(model_dir).engine.vocab_size)
+        row["tokens"] = unseen_tokens(token_nll, labels, model.config.vocab_size)
         results[dev.name] = row
         print(f"  {dev.name:12s} {row}", flush=True)
     return results

@@ -84,7 +84,8 @@ class KafkaBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self._java = ["java", "-Xms256m", "-Xmx768m", "-cp", f"{LIBS}/*"]
 
-    def _write_config(self) -> Path:
+    def write_config(self) -> Path:
+        """Write server.properties (and log4j2.properties); format the log dir if it is new."""
         data = self.work_dir / "data"
         config = self.work_dir / "server.properties"
         config.write_text(
@@ -114,20 +115,22 @@ class KafkaBroker:
         (self.work_dir / "log4j2.properties").write_text(_LOG4J)
         if not (data / "meta.properties").exists():
             format_cmd = [*self._java, "kafka.tools.StorageTool", "format"]
-            subprocess.run(
+            formatted = subprocess.run(
                 # `--cluster-id=ID`, not `-t ID`: one id in 64 starts with "-", which the
                 # argument parser takes for an option
                 [*format_cmd, f"--cluster-id={self.cluster_id}", "-c", str(config)],
-                check=True,
                 capture_output=True,
+                text=True,
                 timeout=120,
             )
+            if formatted.returncode != 0:  # say why: CI shows the message, not the tool's output
+                raise BrokerError(f"kafka-storage format failed: {formatted.stderr.strip()[-500:]}")
         return config
 
     def start(self) -> None:
         """Start the broker and wait until it serves metadata; BrokerError after the timeout."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        config = self._write_config()
+        config = self.write_config()
         log4j = f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}"
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
