@@ -365,6 +365,21 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
         console.print(
             f"... {len(groups) - top} more groups (--json or --report lists them all)", highlight=False
         )
+    if report.quiet:
+        quiet = Table(
+            title=f"sources that stopped logging: {len(report.quiet)} (score = -log10 p of a normal gap this long)"
+        )
+        for column in ("score", "noticed at line", "stream", "source"):
+            quiet.add_column(column, overflow="fold")
+        for q in report.quiet[:top]:
+            offset = q.record.offset
+            quiet.add_row(
+                f"{q.score:.2f}",
+                str(offset + 1) if offset is not None else "-",
+                q.record.stream,
+                q.record.line,
+            )
+        console.print(quiet)
 
 
 EXAMPLE_CHARS = 240  # a longer example shows only the surroundings of its surprising words

@@ -9,6 +9,7 @@ line score is `line_evidence`, written once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from logstream.feedback import FeedbackRules
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
+from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream, location
 from logstream.scoring import (
     Calibration,
@@ -43,7 +45,7 @@ SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS o
 class ScoredLine:
     record: LogRecord
     score: float  # calibrated: -log10 P(a normal line scores this high), compared with `threshold`
-    raw: float  # evidence, nats: surprisal + priors - template offset (what the line tail calibrates)
+    raw: float  # evidence, nats: surprisal + priors - template offset (the line tail's); "quiet": the silence, s
     surprisal: float  # nats/token from the model alone (for kind "end": the end token's NLL)
     threshold: float
     level: str | None = None  # severity from the level field or failure words
@@ -53,7 +55,7 @@ class ScoredLine:
     template: str | None = None
     known_template: int | None = None  # cluster number of the training template it matched (None: new)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (anomalies only)
-    kind: str = "line"  # "line" | "end"
+    kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.quiet)
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
     suppressed: bool = False  # an operator marked its template normal (logstream.feedback)
 
@@ -158,9 +160,15 @@ class Detector:
             "none": [],
         }[sinks]
         self.engine = StreamingEngine(
-            model, sink_ids, window=window or meta["window"], max_streams=max_streams,
-            chunk_tokens=chunk_tokens, device=device, int8_ring=int8_ring, dtype=dtype,
-        )  # fmt: skip
+            model,
+            sink_ids,
+            window=window or meta["window"],
+            max_streams=max_streams,
+            chunk_tokens=chunk_tokens,
+            device=device,
+            int8_ring=int8_ring,
+            dtype=dtype,
+        )
         self.peak_cache_bytes = 0  # the most cache memory held after any batch
 
     @classmethod
@@ -303,6 +311,27 @@ class Detector:
         self.engine.drop(stream)
         self.recent.drop(stream)
         return scored
+
+    def quiet_sources(self, watch: QuietWatch, records: Sequence[LogRecord]) -> list[ScoredLine]:
+        """The sources that `records` show to have stopped logging (`logstream.quiet`), as
+        ScoredLines of kind "quiet" at the line threshold, each carrying the line that showed
+        it. The watch is the caller's: it outlives a model switch (serve) and a chunk's
+        model (replay), since a source's rhythm is not the model's."""
+        threshold, out = self.threshold, []
+        for record in records:
+            for quiet in watch.observe(record.stream, record.line, threshold):
+                out.append(
+                    ScoredLine(
+                        record=dataclasses.replace(record, line=quiet.describe(), timestamp=quiet.noticed_at),
+                        score=quiet.score,
+                        raw=quiet.noticed_at - quiet.last_seen,
+                        surprisal=0.0,
+                        threshold=threshold,
+                        kind="quiet",
+                        template=f"quiet source: {quiet.source}",
+                    )
+                )
+        return out
 
     def score_streams(self, streams: Sequence[Stream], *, ends: bool | None = None) -> list[ScoredSession]:
         """Score whole streams together (one batch) and close each. A stream that `ended`

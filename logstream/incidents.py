@@ -14,8 +14,8 @@ Kinds, as the kernel and daemons write them:
 `inject_burst` adds one incident of another shape: 30 lines of a failing disk at one place,
 as real incidents often write (docs/quality.md, "bursts").
 
-A daemon that stops logging is left out: a line score cannot see a line that is not
-there (the end-of-stream score of a *session* can; see docs/quality.md).
+`stop_source` is a daemon that stops logging: its lines are left out from some line on.
+No line score can see a line that is not there; `logstream.quiet` watches for it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+
+from logstream.quiet import source_of
 
 INCIDENT_KINDS = ("oom", "fs_error", "segfault", "auth_flood")
 # timestamp + host (+ Thunderbird's "- epoch date node" columns and its "node/node" source)
@@ -115,3 +117,13 @@ def inject_burst(lines: list[str], after: int, n: int = 30) -> InjectedLog:
 def strip_label_column(line: str) -> str:
     """Thunderbird's first column is its alert label (`-` = normal): not part of the log."""
     return line.split(" ", 1)[1] if " " in line else line
+
+
+def stop_source(lines: list[str], source: str, after: int) -> list[str]:
+    """`lines` without `source`'s lines from line `after` on (0-based): a daemon that stopped
+    logging there. Sources are named as `quiet.source_of` names them (`host program`)."""
+    return [
+        line
+        for i, line in enumerate(lines)
+        if i < after or (found := source_of(line)) is None or found[0] != source
+    ]

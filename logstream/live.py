@@ -40,6 +40,7 @@ from logstream.consumers.stdin import read_stdin
 from logstream.detector import Detector
 from logstream.event_time import with_event_time
 from logstream.inputs import line_parser
+from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord
 from logstream.settings import InputSettings
 
@@ -122,6 +123,7 @@ def run_tail(
     ]  # fmt: skip
     restore = _on_signals(stop)
     context = LineContext()
+    watch = QuietWatch()  # sources that stop logging, as serve watches them
     try:
         for reader in readers:
             reader.start()
@@ -129,13 +131,13 @@ def run_tail(
         while running and not stop.is_set():
             batch, ended = _next_batch(records, stop)
             running -= ended
-            _score(batch, detector, context, out, sink, stats, options.json_output)
+            _score(batch, detector, context, watch, out, sink, stats, options.json_output)
         stop.set()  # readers still following a file end now
         for _ in range(QUEUE_RECORDS // MAX_BATCH + 1):  # read before the stop: scored, not dropped
             leftover, _ = _next_batch(records, None)
             if not leftover:
                 break
-            _score(leftover, detector, context, out, sink, stats, options.json_output)
+            _score(leftover, detector, context, watch, out, sink, stats, options.json_output)
     finally:
         restore()
         if sink is not None:
@@ -206,6 +208,7 @@ def _score(
     batch: list[LogRecord],
     detector: Detector,
     context: LineContext,
+    watch: QuietWatch,
     out: TextIO,
     sink: AnomalySink | None,
     stats: TailStats,
@@ -213,7 +216,7 @@ def _score(
 ) -> None:
     if not batch:
         return
-    anomalies = anomalies_of(detector, context, detector.score(batch))
+    anomalies = anomalies_of(detector, context, detector.score(batch) + detector.quiet_sources(watch, batch))
     stats.lines += len(batch)
     stats.anomalies += len(anomalies)
     if sink is not None:

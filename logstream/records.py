@@ -37,8 +37,9 @@ class Stream:
 class Anomaly:
     """A scored line (or a stream end) whose score crossed the calibrated threshold.
 
-    `kind` is "line" for a surprising line and "end" for a stream that closed or
-    went quiet where the model expected more (a job that never finished).
+    `kind` is "line" for a surprising line, "end" for a stream that closed or
+    went quiet where the model expected more (a job that never finished), and "quiet"
+    for a source of a stream that stopped logging (logstream.quiet; `line` says which).
     `score` is the surprisal in nats/token plus the level prior; `surprisal` is
     the bare model number. `top_tokens` are the most surprising tokens with
     their surprisal, to explain the alert.
@@ -50,7 +51,7 @@ class Anomaly:
     threshold: float
     surprisal: float
     severity: str  # "warning" | "critical" (score vs threshold, see scoring.severity)
-    kind: str = "line"  # "line" | "end"
+    kind: str = "line"  # "line" | "end" | "quiet"
     level: str | None = None  # log level parsed from the line, if the format has one
     template_id: int | None = None
     template: str | None = None

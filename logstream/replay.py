@@ -21,6 +21,10 @@ chunk, the scoring, the report's texts) instead of held, and each scored unit go
 `--out` and into bounded summaries (`Tally`: numeric columns for the metrics, groups per
 template with their worst and first examples) as it is made. Only `--alerts` keeps one
 object per anomaly (the alerts are routed after the scoring).
+
+Lines (not sessions) also pass one `quiet.QuietWatch` for the whole input, across the
+chunks' models: sources that stopped logging are listed (`quiet_sources`) and, with
+`--alerts`, alert as serve's do.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from logstream.inputs import (
     streams_from_records,
     streams_from_sessions,
 )
+from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream
 from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.train import TrainConfig, Trained, train
@@ -201,6 +206,7 @@ class ReplayReport:
     unit: str  # "line" | "session"
     chunks: list[ChunkModel] = field(default_factory=list)
     anomalies: list[Anomaly] = field(default_factory=list)  # with ReplayOptions.alerts, in order
+    quiet: list[ScoredLine] = field(default_factory=list)  # sources that stopped logging (logstream.quiet)
 
     def summary(self) -> dict[str, Any]:
         scores, flagged = self.columns.scores(), self.columns.flagged()
@@ -217,6 +223,7 @@ class ReplayReport:
             "lines_per_second": round(self.lines / self.seconds, 1) if self.seconds else None,
             "peak_cache_bytes": self.peak_cache_bytes,
             "bad_input": self.bad_input,
+            "quiet_sources": [quiet_json(q) for q in self.quiet],
         }
         y = self.columns.labels()
         if y is not None:
@@ -249,6 +256,8 @@ class Tally:
         self.stream_names: set[str] = set()
         self.scored_lines = 0
         self.chunk_anomalies: Counter[int] = Counter()  # chunk -> its units over the threshold
+        self.watch = QuietWatch()  # one for the whole input, across the chunks' models
+        self.quiet: list[ScoredLine] = []  # at most one per silence of a source
 
     def add(self, u: Unit) -> None:
         self.columns.add(u)
@@ -258,6 +267,12 @@ class Tally:
             self.out.write(json.dumps(_row(u)) + "\n")
         if self.alerts:
             self._alert(u)
+
+    def add_quiet(self, quiet: ScoredLine, anomaly: Anomaly | None) -> None:
+        """A source that stopped logging (`Detector.quiet_sources`), noticed at the log's time."""
+        self.quiet.append(quiet)
+        if self.alerts and anomaly is not None:
+            self.anomalies.append(dataclasses.replace(anomaly, detected_at=quiet.record.timestamp))
 
     def _alert(self, u: Unit) -> None:
         """As serve would hand it off; detected at the log's own time where the line (or one
@@ -286,6 +301,14 @@ def _row(u: Unit) -> dict[str, Any]:
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
 
 
+def quiet_json(quiet: ScoredLine) -> dict[str, Any]:
+    """A quiet source in the summary: `line` is the 1-based line that showed it, `text` says which."""
+    record = quiet.record
+    return {"line": record.offset + 1 if record.offset is not None else None, "stream": record.stream,
+            "score": round(quiet.score, 4), "threshold": round(quiet.threshold, 4),
+            "silent_seconds": round(quiet.raw, 1), "template": quiet.template, "text": record.line}  # fmt: skip
+
+
 def _batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
     it = iter(items)
     while batch := list(islice(it, size)):
@@ -310,6 +333,8 @@ class _Scorer:
                 label = int(labels[i]) if labels is not None else None
                 self.tally.add(self._unit(scored, scored, label, i, line))
                 i += 1
+            for quiet in self.detector.quiet_sources(self.tally.watch, batch):
+                self.tally.add_quiet(quiet, self.detector.anomaly(quiet))
             streams.update(r.stream for r in batch)
             self.tally.scored_lines += len(batch)
             self.tick(len(batch))
@@ -535,7 +560,7 @@ def score_parts(
         peak_cache_bytes=max(part.detector.peak_cache_bytes for part in parts), bad_input=data.stats.as_dict(),
         unit="session" if sessions else "line",
         chunks=[_chunk_model(part, tally.chunk_anomalies[k]) for k, part in enumerate(parts)],
-        anomalies=tally.anomalies,
+        anomalies=tally.anomalies, quiet=tally.quiet,
     )  # fmt: skip
 
 

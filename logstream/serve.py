@@ -88,6 +88,7 @@ from logstream.metrics import (
     serve_http,
 )
 from logstream.model_store import version_dir
+from logstream.quiet import QuietWatch
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
 from logstream.shadow import Shadow, count_live
@@ -160,6 +161,7 @@ class Service:
         self.audit = audit
         self.rejects = RejectLog()
         self.context = LineContext()  # lines around an anomaly, for its alert
+        self.quiet = QuietWatch() if settings.quiet_sources else None  # sources that stop logging
         kafka, inputs = scorer_inputs(settings)  # the repartition topic, when there is one
         self.source = KafkaSource(kafka, RecordParser(inputs), self.rejects, _Listener(self))
         # per-stream counters (cold start, split streams) and, with a changelog, their state
@@ -307,7 +309,8 @@ class Service:
         if self.settings.stream_idle_seconds is not None:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
-        self._put(scored)
+        quiet = self.detector.quiet_sources(self.quiet, records) if self.quiet is not None else []
+        self._put(scored + quiet)
         count_live(scored)
         if self.candidates is not None:  # after the hand-off; trains on its own thread
             self.candidates.observe(scored)

@@ -36,6 +36,8 @@ from kafka_broker import (
     produce,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from quiet_support import line as quiet_line
+from quiet_support import stopped_job
 
 from logstream.inputs import parse_lines
 from logstream.synth import STREAM_KEY, generate_lines
@@ -470,6 +472,25 @@ def test_quiet_stream_is_closed_and_its_cache_freed(
     assert serve.metric("logstream_cache_bytes") > 0  # the streams are live for 5 s more
     wait_for(lambda: serve.metric("logstream_cache_bytes") == 0, "the quiet streams closed")
     assert serve.terminate() == 0
+
+
+def test_a_source_that_stops_logging_alerts_once(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """A host's cron job stops while its app goes on logging: serve hands one quiet-source
+    alert to the sink, at the offset of the line that showed it, and audits it as kind quiet."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = [(b"web-1", quiet_line(t, source).encode()) for t, source in stopped_job()]
+    placed = asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
+    assert serve.terminate() == 0
+    quiet = [a for a in read_jsonl(serve.sink) if a["kind"] == "quiet"]
+    assert [(a["stream"], a["template"]) for a in quiet] == [("web-1", "quiet source: web-1 cron")]
+    shown_at = messages[[offset for _, offset in placed].index(quiet[0]["offset"])][1].decode()
+    assert "web-1 app" in shown_at and quiet[0]["score"] > quiet[0]["threshold"]
+    assert [e["kind"] for e in read_jsonl(serve.audit) if e["kind"] != "line"] == ["quiet"]
 
 
 def test_model_max_streams_sets_the_engines_resident_streams(

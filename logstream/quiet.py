@@ -1,0 +1,222 @@
+"""A source that stopped logging: the quiet-source watch.
+
+A line score cannot see a line that is not there, so a daemon that dies quietly, a cron
+job that no longer runs or an agent that stopped shipping never alerts as a line. The watch
+learns each source's rhythm from the stream itself and says when a source has been silent
+for longer than its rhythm allows.
+
+- **Source:** a syslog header's host and program (`Jun 14 15:16:01 combo sshd[19939]:` is
+  `combo sshd`; also after an ISO 8601 time, and after columns before the header, as in
+  Thunderbird's). Lines without such a header are not watched.
+- **Rhythm:** the gaps between the distinct seconds a source logs in (a burst of lines in
+  one second is one visit). The tail of a source's gaps is fitted like the line tail
+  (`tail.fit_tail`: peaks over threshold, a generalized Pareto), so a daily job (gaps of a
+  day, a bounded tail) and a chatty daemon (gaps of seconds with long breaks, a heavy one)
+  each get their own limit, and one knob serves both.
+- **Quiet:** a source is quiet once the time since its last line is a gap that a normal gap
+  of it reaches with probability at most 10 ** -threshold, the line threshold (-log10 p per
+  gap rather than per line, the same unit), *and* so is the stream's activity since: the
+  distinct seconds the stream logged in, whose tail is fitted the same way. A host that
+  slept (a laptop, a paused VM) wakes with every source far past its time limit; the second
+  condition waits until the stream has been awake for longer than the source ever stayed
+  away. It needs `tail.MIN_SAMPLES` gaps first.
+- **Event time only:** the clock is the stream's latest line time. A replay therefore
+  notices a silence at the same line as serve does, and the watch notices it only when
+  another source of the stream logs past the limit. A stream that stops altogether is not
+  this watch's to see (serve's `stream_idle_seconds` ends idle streams).
+- A silence alerts once. The gap that ends it is not learned (a flagged gap never moves the
+  fit, as the line tail's refit never takes a flagged line).
+
+State is bounded: `max_sources` (stream, source) pairs, the least recently heard forgotten,
+each with its `max_gaps` most recent gaps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from logstream.event_time import line_time
+from logstream.tail import MIN_SAMPLES, TailFit, fit_tail
+
+MAX_SOURCES = 4096  # (stream, source) pairs watched
+MAX_GAPS = 1000  # a source's most recent gaps kept for its fit
+REFIT_EVERY = 20  # new gaps between refits of a source's tail
+HEADER_CHARS = 200  # how far into a line the syslog header may start
+_HEADER = re.compile(
+    r"(?:^|\s)\[?([A-Z][a-z]{2} {1,2}\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?)\]? "
+    r"(\S+) ([^\s\[:]+)(?:\[\d+\])?:"  # host, program[pid]:
+)
+
+
+def source_of(line: str) -> tuple[str, float] | None:
+    """The line's syslog source (`host program`) and its header's time, or None."""
+    match = _HEADER.search(line, 0, HEADER_CHARS)
+    if match is None:
+        return None
+    stamp = line_time(match.group(1))
+    return None if stamp is None else (f"{match.group(2)} {match.group(3)}", stamp)
+
+
+@dataclass(frozen=True)
+class QuietSource:
+    """A source whose silence crossed the threshold."""
+
+    stream: str
+    source: str  # `host program`, as its syslog header names them
+    last_seen: float  # unix s of its last line
+    noticed_at: float  # the stream's time when the watch noticed: a later line's time
+    score: float  # -log10 P(a normal gap of the source lasts this long), at noticed_at
+    threshold: float
+    usual_gap: float  # median of its kept gaps, s
+    longest_gap: float  # the longest kept gap, s
+    gaps: int  # how many gaps its fit has
+
+    def describe(self) -> str:
+        return (
+            f"<quiet source: {self.source} has not logged for {_span(self.noticed_at - self.last_seen)}; "
+            f"it logged every {_span(self.usual_gap)} (median), at most {_span(self.longest_gap)} "
+            f"apart in its last {self.gaps} gaps>"
+        )
+
+
+@dataclass
+class _Rhythm:
+    last: float  # its last line's time
+    last_tick: int  # the stream's active seconds (ticks) at its last line
+    gaps: deque[float]  # s between its visits
+    tick_gaps: deque[float]  # the stream's ticks between its visits
+    fit: TailFit | None = None
+    tick_fit: TailFit | None = None
+    new_gaps: int = 0  # since the last fit
+    deadline: float = math.inf  # when it turns quiet at the threshold it was last judged by
+    tick_limit: float = math.inf  # ... and after how many of the stream's ticks
+    alerted: bool = False  # its current silence has alerted
+
+    def judge(self, threshold: float) -> None:
+        """Set the limits: the gap, in time and in ticks, whose tail probability is 10 ** -threshold."""
+        if self.fit is not None and self.tick_fit is not None:
+            self.deadline = self.last + self.fit.raw_threshold(10.0**-threshold)
+            self.tick_limit = self.last_tick + self.tick_fit.raw_threshold(10.0**-threshold)
+
+
+@dataclass
+class QuietWatch:
+    """Per stream, each source's rhythm; `observe` each line in order, get the quiet sources."""
+
+    max_sources: int = MAX_SOURCES
+    max_gaps: int = MAX_GAPS
+    _rhythms: OrderedDict[tuple[str, str], _Rhythm] = field(default_factory=OrderedDict)
+    _clocks: OrderedDict[str, tuple[float, int]] = field(
+        default_factory=OrderedDict
+    )  # stream -> (latest time, ticks)
+    _due: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # stream -> heap of deadlines
+
+    def __len__(self) -> int:
+        """How many (stream, source) pairs are watched."""
+        return len(self._rhythms)
+
+    def observe(self, stream: str, line: str, threshold: float) -> list[QuietSource]:
+        """Take one line of `stream`; return the sources of the stream that its time shows quiet."""
+        found = source_of(line)
+        if found is None:
+            return []
+        source, now = found
+        clock, ticks = self._clocks.get(stream, (now, 0))
+        if now > clock or ticks == 0:  # a new second of the stream's activity
+            clock, ticks = max(now, clock), ticks + 1
+        self._clocks[stream] = (clock, ticks)
+        self._clocks.move_to_end(stream)
+        self._hear(stream, source, now, ticks, threshold)
+        return self._quiet(stream, clock, ticks, threshold)
+
+    def _hear(self, stream: str, source: str, now: float, ticks: int, threshold: float) -> None:
+        key = (stream, source)
+        rhythm = self._rhythms.get(key)
+        if rhythm is None:
+            self._rhythms[key] = _Rhythm(now, ticks, deque(maxlen=self.max_gaps), deque(maxlen=self.max_gaps))
+            self._forget()
+            return
+        self._rhythms.move_to_end(key)
+        if now <= rhythm.last:  # the same second (one visit), or a line out of order
+            return
+        if not rhythm.alerted:  # the gap that ends a flagged silence is not learned
+            rhythm.gaps.append(now - rhythm.last)
+            rhythm.tick_gaps.append(ticks - rhythm.last_tick)
+            rhythm.new_gaps += 1
+        rhythm.last, rhythm.last_tick, rhythm.alerted = now, ticks, False
+        if len(rhythm.gaps) >= MIN_SAMPLES and (rhythm.fit is None or rhythm.new_gaps >= REFIT_EVERY):
+            rhythm.fit, rhythm.tick_fit = fit_tail(list(rhythm.gaps)), fit_tail(list(rhythm.tick_gaps))
+            rhythm.new_gaps = 0
+        rhythm.judge(threshold)
+        if rhythm.deadline < math.inf:
+            due = self._due.setdefault(stream, [])
+            heapq.heappush(due, (rhythm.deadline, source))
+            if len(due) > 4 * len(self._rhythms) + 64:  # stale entries: rebuild from the live deadlines
+                self._due[stream] = self._deadlines(stream)
+
+    def _quiet(self, stream: str, clock: float, ticks: int, threshold: float) -> list[QuietSource]:
+        due, out = self._due.get(stream, []), []
+        while due and due[0][0] < clock:
+            deadline, source = heapq.heappop(due)
+            rhythm = self._rhythms.get((stream, source))
+            if rhythm is None or rhythm.alerted or rhythm.deadline != deadline:
+                continue  # forgotten, alerted, or heard since: a stale entry
+            rhythm.judge(threshold)  # the threshold may have moved since it was last heard
+            if rhythm.deadline >= clock:
+                heapq.heappush(due, (rhythm.deadline, source))
+                continue
+            assert rhythm.fit is not None  # only judged rhythms have a finite deadline
+            score = rhythm.fit.score(clock - rhythm.last)
+            if ticks <= rhythm.tick_limit or score <= threshold:  # the stream has not been awake long enough
+                rhythm.deadline = clock  # look again at the stream's next second
+                heapq.heappush(due, (clock, source))
+                continue
+            rhythm.alerted = True
+            gaps = sorted(rhythm.gaps)
+            out.append(
+                QuietSource(
+                    stream=stream,
+                    source=source,
+                    last_seen=rhythm.last,
+                    noticed_at=clock,
+                    score=score,
+                    threshold=threshold,
+                    usual_gap=gaps[len(gaps) // 2],
+                    longest_gap=gaps[-1],
+                    gaps=len(gaps),
+                )
+            )
+        return out
+
+    def _deadlines(self, stream: str) -> list[tuple[float, str]]:
+        heap = [
+            (r.deadline, source)
+            for (s, source), r in self._rhythms.items()
+            if s == stream and r.deadline < math.inf and not r.alerted
+        ]
+        heapq.heapify(heap)
+        return heap
+
+    def _forget(self) -> None:
+        """Past `max_sources`: forget the least recently heard source (and its stream's clock
+        once it has none left)."""
+        while len(self._rhythms) > self.max_sources:
+            (stream, _), _ = self._rhythms.popitem(last=False)
+            if not any(s == stream for s, _ in self._rhythms):
+                self._clocks.pop(stream, None)
+                self._due.pop(stream, None)
+
+
+def _span(seconds: float) -> str:
+    """A duration as people read it: 45 s, 12 min, 3.5 h, 2.0 d."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

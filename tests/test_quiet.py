@@ -1,0 +1,118 @@
+"""Sources that stop logging (logstream/quiet.py): the watch, and replay and tail through it."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from quiet_support import START, THRESHOLD, line, rhythm, stopped_job
+
+from logstream.detector import Detector
+from logstream.live import TailOptions, run_tail
+from logstream.quiet import QuietWatch, source_of
+from logstream.replay import ReplayOptions, load_replay_input, run_replay
+
+
+def watch_all(events: list[tuple[float, str]], watch: QuietWatch | None = None) -> list:
+    watch = watch or QuietWatch()
+    return [q for t, source in events for q in watch.observe("web-1", line(t, source), THRESHOLD)]
+
+
+def test_source_of_reads_syslog_iso_and_prefixed_headers() -> None:
+    """The source is the header's host and program, whatever comes before the header."""
+    assert source_of("Jun 14 15:16:01 combo sshd(pam_unix)[19939]: authentication failure")[0] == (
+        "combo sshd(pam_unix)"
+    )
+    assert source_of("2026-11-02T08:00:03.119Z web-1 cron[7]: done") == ("web-1 cron", 1_793_606_403.119)
+    thunderbird = (
+        "1131566461 2005.11.09 dn228 Nov 9 12:01:01 dn228/dn228 crond(pam_unix)[2915]: session closed"
+    )
+    assert source_of(thunderbird)[0] == "dn228/dn228 crond(pam_unix)"
+    assert source_of("2026-11-02 08:00:03,119 INFO [main] org.apache.Foo: started") is None
+    assert source_of("no header at all") is None
+
+
+def test_regular_sources_stay_quiet_for_days() -> None:
+    """Two regular sources over two days: no source is ever called quiet."""
+    assert watch_all(rhythm(0, START, START + 2 * 86_400)) == []
+
+
+def test_a_job_that_stops_is_noticed_once_within_its_rhythm() -> None:
+    """The cron job stops after 2.5 h while the app goes on: one quiet source, the cron job,
+    noticed within three of its periods, and only once however long the silence."""
+    quiet = watch_all(stopped_job())
+    assert [q.source for q in quiet] == ["web-1 cron"]
+    q = quiet[0]
+    assert q.score > q.threshold == THRESHOLD
+    assert 330 < q.noticed_at - q.last_seen < 900
+    assert "web-1 cron has not logged for" in q.describe()
+
+
+def test_a_host_that_slept_is_not_quiet_when_it_wakes() -> None:
+    """Every source stops for 10 h and comes back: the stream slept, no source went quiet."""
+    before = rhythm(3, START, START + 4 * 3600)
+    after = rhythm(4, START + 14 * 3600, START + 18 * 3600)
+    assert watch_all(before + after) == []
+
+
+def test_a_source_alerts_again_after_it_came_back() -> None:
+    """A flagged silence ends when the source logs again; its long gap is not learned, so the
+    next silence is noticed as soon as the first."""
+    events = (
+        rhythm(5, START, START + 4 * 3600)
+        + rhythm(6, START + 4 * 3600, START + 6 * 3600, cron=False)
+        + rhythm(7, START + 6 * 3600, START + 10 * 3600)
+        + rhythm(8, START + 10 * 3600, START + 12 * 3600, cron=False)
+    )
+    quiet = watch_all(sorted(events))
+    assert [q.source for q in quiet] == ["web-1 cron", "web-1 cron"]
+    first, second = (q.noticed_at - q.last_seen for q in quiet)
+    assert second < 1.5 * first
+
+
+def test_the_watch_forgets_the_least_recently_heard_sources() -> None:
+    """Past max_sources the oldest source is forgotten: memory is bounded by the cap."""
+    watch = QuietWatch(max_sources=4)
+    for i in range(10):
+        watch.observe("web-1", line(START + i, f"web-1 job{i}"), THRESHOLD)
+    assert len(watch) == 4
+
+
+@pytest.fixture(scope="module")
+def stopped_job_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log whose cron job stops after 2.5 h while the app logs 1 h more."""
+    path = tmp_path_factory.mktemp("quiet") / "stopped.log"
+    path.write_text("".join(line(t, source) + "\n" for t, source in stopped_job()))
+    return path
+
+
+def test_replay_lists_the_quiet_source_and_alerts_on_it(
+    stopped_job_log: Path, synthetic_model_dir: Path
+) -> None:
+    """Replay reports the stopped job in `quiet_sources`, at the line that showed it, and with
+    alerts hands serve's Anomaly (kind "quiet") to the alert routes."""
+    options = ReplayOptions(input=stopped_job_log, model=synthetic_model_dir, alerts=True)
+    report = run_replay(options, load_replay_input(options))
+    listed = report.summary()["quiet_sources"]
+    assert [q["template"] for q in listed] == ["quiet source: web-1 cron"]
+    shown_at = stopped_job_log.read_text().splitlines()[listed[0]["line"] - 1]
+    assert "web-1 app" in shown_at
+    assert listed[0]["score"] > listed[0]["threshold"]
+    quiet = [a for a in report.anomalies if a.kind == "quiet"]
+    assert len(quiet) == 1 and quiet[0].template == "quiet source: web-1 cron"
+    assert quiet[0].detected_at == quiet[0].event_time  # noticed at the log's own time
+
+
+def test_tail_prints_the_quiet_source(stopped_job_log: Path, synthetic_model_dir: Path) -> None:
+    """`logstream tail` watches sources as serve does and prints the quiet one as an anomaly."""
+    out = io.StringIO()
+    run_tail(
+        TailOptions([str(stopped_job_log)], once=True, json_output=True),
+        Detector.load(synthetic_model_dir),
+        out,
+    )
+    quiet = [a for a in map(json.loads, out.getvalue().splitlines()) if a["kind"] == "quiet"]
+    assert [a["template"] for a in quiet] == ["quiet source: web-1 cron"]
+    assert quiet[0]["stream"] == "default" and quiet[0]["location"].startswith(f"{stopped_job_log}:")
