@@ -37,6 +37,13 @@ kind per seed), scored by that model (as `replay --model`): lines caught per kin
 alarms per 1,000 normal lines, and AUC-PR / F1 over the five seeds' lines together; and
 (`tokens`) how the model sees the lines it does not know (`unseen_tokens`).
 
+`--quiet` needs no model: sources that stop logging (`logstream.quiet`, at the default
+rate) in each loghub sample with syslog headers. As it is, every quiet source it names is
+a false alarm or an outage nobody labeled. Then each source the watch can judge by the
+log's middle (tail.MIN_SAMPLES gaps before it, lines after it) is stopped there
+(`incidents.stop_source`), one at a time: is it noticed, how long after its last line,
+and how many other sources are called quiet.
+
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
 """
@@ -55,11 +62,12 @@ from pathlib import Path
 import numpy as np
 
 from logstream.detector import Detector
-from logstream.incidents import INCIDENT_KINDS, inject, inject_burst, strip_label_column
+from logstream.incidents import INCIDENT_KINDS, inject, inject_burst, stop_source, strip_label_column
 from logstream.inputs import InputStats, parse_lines, streams_from_lines
 from logstream.model import load_model_dir, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
+from logstream.quiet import QuietWatch, source_of
 from logstream.records import LogRecord
 from logstream.replay import (
     Part,
@@ -73,6 +81,7 @@ from logstream.replay import (
 )
 from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, ScoringConfig, auc_pr, precision_recall_f1
 from logstream.severity import SEVERITY_RANK, line_severity
+from logstream.tail import MIN_SAMPLES
 from logstream.train import TrainConfig, calibrate, heldout_split, train
 
 LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
@@ -320,6 +329,58 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
     return results
 
 
+def quiet_lines(lines: list[str], threshold: float) -> list[tuple[int, str, float]]:
+    """(line index, source, s since its last line) of each quiet source the watch names."""
+    watch = QuietWatch()
+    return [
+        (i, q.source, q.noticed_at - q.last_seen)
+        for i, line in enumerate(lines)
+        for q in watch.observe("log", line, threshold)
+    ]
+
+
+def quiet(data_dir: Path) -> dict[str, dict]:
+    """Each syslog-format loghub sample as it is, then with each judgeable source stopped at
+    its middle: quiet sources named, and the stopped ones noticed."""
+    threshold = -math.log10(DEFAULT_FALSE_ALARM_RATE)
+    results: dict[str, dict] = {}
+    for path in sorted(data_dir.glob("*_2k.log")):
+        dev = DevSet(
+            path.name.removesuffix("_2k.log").lower(), path.name, None, path.name.startswith("Thunderbird")
+        )
+        lines, _, _ = load_set(dev, data_dir)
+        sources = [source_of(line) for line in lines]
+        if not any(sources):
+            continue
+        middle = len(lines) // 2
+        visits: dict[str, set[float]] = {}
+        for found in sources[:middle]:
+            if found is not None:
+                visits.setdefault(found[0], set()).add(found[1])
+        later = Counter(found[0] for found in sources[middle:] if found is not None)
+        judged = sorted(s for s, seen in visits.items() if len(seen) > MIN_SAMPLES and later[s])
+        as_is = quiet_lines(lines, threshold)
+        stopped, others = {}, []
+        for source in judged:
+            events = quiet_lines(stop_source(lines, source, middle), threshold)
+            noticed = [silent for i, s, silent in events if s == source and i >= middle]
+            stopped[source] = f"{noticed[0] / 60:.1f} min" if noticed else "missed"
+            others.append(sum(s != source for _, s, _ in events))
+        row = {
+            "lines": len(lines),
+            "with_header": sum(found is not None for found in sources),
+            "quiet_as_is": len(as_is),
+            "quiet_as_is_per_1000": round(1000 * len(as_is) / len(lines), 1),
+            "quiet_as_is_sources": sorted({s for _, s, _ in as_is}),
+            "stopped_noticed": f"{sum(v != 'missed' for v in stopped.values())}/{len(judged)}",
+            "noticed_after": stopped,
+            "other_quiet_per_1000": round(1000 * float(np.mean(others)) / len(lines), 1) if others else None,
+        }
+        results[dev.name] = row
+        print(f"  {dev.name:12s} {row}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -334,8 +395,12 @@ def main() -> None:
     parser.add_argument(
         "--halves", action="store_true", help="train on each dev log's first half, score its second instead"
     )
+    parser.add_argument("--quiet", action="store_true", help="sources that stop logging instead (no model)")
     args = parser.parse_args()
 
+    if args.quiet:
+        print(json.dumps(quiet(args.data)))
+        return
     if args.other_logs:
         print(json.dumps(other_logs(args.data, args.out, args.seed)))
         return
