@@ -6,7 +6,8 @@ air-gapped laptop. Charts are inline SVG drawn here. Sections:
 - summary (and precision/recall/F1 when labels were given);
 - score timeline per stream: score by line number, the threshold, anomaly markers;
 - anomalies grouped by template, the surprising words highlighted in each example;
-- patterns: every template with its count, first-seen line and time, and a new flag.
+- patterns: every template with its count, first-seen line and time, and a new flag;
+- sources that stopped logging (`logstream.quiet`), when any did.
 
 Large replays stay readable: the timelines show the streams with the worst scores
 (`MAX_TIMELINES`), each drawn as the maximum score per pixel column, and the tables are capped.
@@ -67,6 +68,7 @@ def write_report(
             _timelines(report, texts),
             _groups(groups, report.unit),
             _patterns(report.patterns),
+            _quiet(report),
         )
     )
     page = (
@@ -94,6 +96,8 @@ def _summary(report: ReplayReport, summary: dict[str, Any], groups: list[Group])
         ("groups", f"{len(groups):,}"),
         ("threshold (-log10 p)", f"{report.threshold:.2f}"),
     ]
+    if report.quiet:
+        cards.append(("sources that stopped logging", f"{len(report.quiet):,}"))
     if "precision" in summary:
         cards += [
             ("precision", f"{summary['precision']:.3f}"),
@@ -252,4 +256,22 @@ def _patterns(patterns: list[Group]) -> str:
         '<p class="muted">Every template of the replay: "new" means the model had never seen it.</p>'
         "<table><thead><tr><th>template</th><th>count</th><th>first line</th><th>first seen</th>"
         f"<th>anomalies</th><th>new</th></tr></thead><tbody>{rows}</tbody></table>{note}</section>"
+    )
+
+
+def _quiet(report: ReplayReport) -> str:
+    if not report.quiet:
+        return ""
+    rows = "".join(
+        f'<tr class="quiet"><td class="num">{q.score:.2f}</td>'
+        f'<td class="num">{q.record.offset + 1 if q.record.offset is not None else ""}</td>'
+        f'<td>{_e(q.record.stream)}</td><td class="line">{_e(q.record.line)}</td></tr>'
+        for q in report.quiet
+    )
+    return (
+        f'<section id="quiet-sources"><h2>Sources that stopped logging ({len(report.quiet):,})</h2>'
+        '<p class="muted">A syslog source (host and program) silent for longer than its own rhythm allows, '
+        "noticed at a later line of its stream; the score is -log10 p of a normal gap this long.</p>"
+        "<table><thead><tr><th>score</th><th>noticed at line</th><th>stream</th><th>source</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
     )

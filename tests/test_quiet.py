@@ -12,7 +12,8 @@ from quiet_support import START, THRESHOLD, line, rhythm, stopped_job
 from logstream.detector import Detector
 from logstream.live import TailOptions, run_tail
 from logstream.quiet import QuietWatch, source_of
-from logstream.replay import ReplayOptions, load_replay_input, run_replay
+from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
+from logstream.report import write_report
 
 
 def watch_all(events: list[tuple[float, str]], watch: QuietWatch | None = None) -> list:
@@ -88,21 +89,38 @@ def stopped_job_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def stopped_job_replay(stopped_job_log: Path, synthetic_model_dir: Path) -> ReplayReport:
+    options = ReplayOptions(input=stopped_job_log, model=synthetic_model_dir, alerts=True)
+    return run_replay(options, load_replay_input(options))
+
+
 def test_replay_lists_the_quiet_source_and_alerts_on_it(
-    stopped_job_log: Path, synthetic_model_dir: Path
+    stopped_job_log: Path, stopped_job_replay: ReplayReport
 ) -> None:
     """Replay reports the stopped job in `quiet_sources`, at the line that showed it, and with
     alerts hands serve's Anomaly (kind "quiet") to the alert routes."""
-    options = ReplayOptions(input=stopped_job_log, model=synthetic_model_dir, alerts=True)
-    report = run_replay(options, load_replay_input(options))
-    listed = report.summary()["quiet_sources"]
+    listed = stopped_job_replay.summary()["quiet_sources"]
     assert [q["template"] for q in listed] == ["quiet source: web-1 cron"]
     shown_at = stopped_job_log.read_text().splitlines()[listed[0]["line"] - 1]
     assert "web-1 app" in shown_at
     assert listed[0]["score"] > listed[0]["threshold"]
-    quiet = [a for a in report.anomalies if a.kind == "quiet"]
+    quiet = [a for a in stopped_job_replay.anomalies if a.kind == "quiet"]
     assert len(quiet) == 1 and quiet[0].template == "quiet source: web-1 cron"
     assert quiet[0].detected_at == quiet[0].event_time  # noticed at the log's own time
+
+
+def test_the_html_report_shows_the_quiet_source(
+    stopped_job_log: Path, stopped_job_replay: ReplayReport, tmp_path: Path
+) -> None:
+    """`replay --report` has a section for sources that stopped logging, naming the job."""
+    page, data = tmp_path / "report.html", load_replay_input(ReplayOptions(input=stopped_job_log))
+    texts = unit_texts(data, stopped_job_replay.columns)
+    write_report(stopped_job_replay, stopped_job_replay.summary(), texts, page, title="quiet")
+    text = page.read_text()
+    section = text[text.index('<section id="quiet-sources">') :]
+    assert section.count('<tr class="quiet">') == 1
+    assert "web-1 cron has not logged for" in section
 
 
 def test_tail_prints_the_quiet_source(stopped_job_log: Path, synthetic_model_dir: Path) -> None:
