@@ -20,9 +20,10 @@ for longer than its rhythm allows.
   slept (a laptop, a paused VM) wakes with every source far past its time limit; the second
   condition waits until the stream has been awake for longer than the source ever stayed
   away. It needs `tail.MIN_SAMPLES` gaps first.
-- **Event time only:** the clock is the stream's latest line time. A replay therefore
-  notices a silence at the same line as serve does, and the watch notices it only when
-  another source of the stream logs past the limit. A stream that stops altogether is not
+- **Event time only:** the clock is the time of the stream's current line, not the latest
+  ever seen, so one line from a wrong clock (a year ahead) cannot stop the watch. A replay
+  therefore notices a silence at the same line as serve does, and the watch notices it only
+  when another source of the stream logs past the limit. A stream that stops altogether is not
   this watch's to see (serve's `stream_idle_seconds` ends idle streams).
 - A silence alerts once. The gap that ends it is not learned (a flagged gap never moves the
   fit, as the line tail's refit never takes a flagged line).
@@ -110,9 +111,8 @@ class QuietWatch:
     max_sources: int = MAX_SOURCES
     max_gaps: int = MAX_GAPS
     _rhythms: OrderedDict[tuple[str, str], _Rhythm] = field(default_factory=OrderedDict)
-    _clocks: OrderedDict[str, tuple[float, int]] = field(
-        default_factory=OrderedDict
-    )  # stream -> (latest time, ticks)
+    # stream -> (its last line's time, ticks: the distinct seconds it logged in)
+    _clocks: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)
     _due: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # stream -> heap of deadlines
 
     def __len__(self) -> int:
@@ -125,13 +125,12 @@ class QuietWatch:
         if found is None:
             return []
         source, now = found
-        clock, ticks = self._clocks.get(stream, (now, 0))
-        if now > clock or ticks == 0:  # a new second of the stream's activity
-            clock, ticks = max(now, clock), ticks + 1
-        self._clocks[stream] = (clock, ticks)
+        previous, ticks = self._clocks.get(stream, (math.nan, 0))
+        ticks += now != previous  # a new second of the stream's activity
+        self._clocks[stream] = (now, ticks)
         self._clocks.move_to_end(stream)
         self._hear(stream, source, now, ticks, threshold)
-        return self._quiet(stream, clock, ticks, threshold)
+        return self._quiet(stream, now, ticks, threshold)
 
     def _hear(self, stream: str, source: str, now: float, ticks: int, threshold: float) -> None:
         key = (stream, source)

@@ -51,6 +51,14 @@ def test_a_job_that_stops_is_noticed_once_within_its_rhythm() -> None:
     assert "web-1 cron has not logged for" in q.describe()
 
 
+def test_one_line_from_a_wrong_clock_does_not_stop_the_watch() -> None:
+    """A line a year ahead, from another program, in the middle: the job that stops later is
+    still noticed, and nothing else is called quiet."""
+    events = stopped_job()
+    events.insert(len(events) // 3, (START + 365 * 86_400, "web-1 ntpd"))
+    assert [q.source for q in watch_all(events)] == ["web-1 cron"]
+
+
 def test_a_host_that_slept_is_not_quiet_when_it_wakes() -> None:
     """Every source stops for 10 h and comes back: the stream slept, no source went quiet."""
     before = rhythm(3, START, START + 4 * 3600)
