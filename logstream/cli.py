@@ -136,6 +136,13 @@ ThresholdOpt = Annotated[
     float | None,
     typer.Option(min=0.0, help="Alert above this score (-log10 p); overrides --false-alarm-rate."),
 ]
+QuietSourcesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet-sources/--no-quiet-sources",
+        help="Watch for syslog sources (host and program) that stop logging, as serve's quiet_sources does.",
+    ),
+]
 StreamKeyOpt = Annotated[
     str | None,
     typer.Option(help=r"Regex whose first group (or match) names a line's stream, e.g. 'blk_-?\d+'."),
@@ -439,6 +446,7 @@ def replay_command(
     max_steps: StepsOpt = 2000,
     false_alarm_rate: RateOpt = None,
     threshold: ThresholdOpt = None,
+    quiet_sources: QuietSourcesOpt = True,
     alerts: Annotated[
         Path | None,
         typer.Option(help="Alert routes file: also print the alerts on-call would have received."),
@@ -466,6 +474,7 @@ def replay_command(
             stream_key=stream_key,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
+        quiet_sources=quiet_sources,
     )  # fmt: skip
     data = load_replay_input(options)
     with _progress() as progress:
@@ -579,6 +588,7 @@ def tail_command(
     ] = False,
     false_alarm_rate: RateOpt = None,
     threshold: ThresholdOpt = None,
+    quiet_sources: QuietSourcesOpt = True,
 ) -> None:
     """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies."""
 
@@ -602,7 +612,9 @@ def tail_command(
         sink = open_alert_sink(alerts) if alerts is not None else None
     except (AlertConfigError, OutboxError) as exc:
         raise fail(str(exc)) from None
-    options = TailOptions(inputs=inputs, stream_regex=key, once=once, json_output=json_output)
+    options = TailOptions(
+        inputs=inputs, stream_regex=key, once=once, json_output=json_output, quiet_sources=quiet_sources
+    )
     stats = run_tail(options, detector, sys.stdout, sink)
     err.print(stats.summary(), highlight=False, markup=False)
 

@@ -312,11 +312,14 @@ class Detector:
         self.recent.drop(stream)
         return scored
 
-    def quiet_sources(self, watch: QuietWatch, records: Sequence[LogRecord]) -> list[ScoredLine]:
+    def quiet_sources(self, watch: QuietWatch | None, records: Sequence[LogRecord]) -> list[ScoredLine]:
         """The sources that `records` show to have stopped logging (`logstream.quiet`), as
         ScoredLines of kind "quiet" at the line threshold, each carrying the line that showed
-        it. The watch is the caller's: it outlives a model switch (serve) and a chunk's
-        model (replay), since a source's rhythm is not the model's."""
+        it; none without a watch (switched off). The watch is the caller's: it outlives a
+        model switch (serve) and a chunk's model (replay), since a source's rhythm is not the
+        model's."""
+        if watch is None:
+            return []
         threshold, out = self.threshold, []
         for record in records:
             for quiet in watch.observe(record.stream, record.line, threshold):

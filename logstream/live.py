@@ -62,6 +62,7 @@ class TailOptions:
     json_output: bool = False
     poll_seconds: float = 0.25  # a followed file's check for new lines / rotation
     max_message_bytes: int = field(default=InputSettings().max_message_bytes)
+    quiet_sources: bool = True  # watch for sources that stop logging (serve's `quiet_sources`)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def run_tail(
     ]  # fmt: skip
     restore = _on_signals(stop)
     context = LineContext()
-    watch = QuietWatch()  # sources that stop logging, as serve watches them
+    watch = QuietWatch() if options.quiet_sources else None  # sources that stop logging, as serve
     try:
         for reader in readers:
             reader.start()
@@ -208,7 +209,7 @@ def _score(
     batch: list[LogRecord],
     detector: Detector,
     context: LineContext,
-    watch: QuietWatch,
+    watch: QuietWatch | None,
     out: TextIO,
     sink: AnomalySink | None,
     stats: TailStats,

@@ -87,6 +87,7 @@ class ReplayOptions:
     false_alarm_rate: float | None = None  # None: the model's own
     threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
     alerts: bool = False  # keep the anomalies, as serve hands them off (`ReplayReport.anomalies`)
+    quiet_sources: bool = True  # watch for sources that stop logging (serve's `quiet_sources`)
 
 
 @dataclass(slots=True)
@@ -246,7 +247,7 @@ class Tally:
     (`Columns`), the groups (`Grouper`), the stream names; writes the `--out` row; with
     `alerts`, the anomalies with the lines around them (`LineContext.follow`)."""
 
-    def __init__(self, out: IO[str] | None, alerts: bool, lines: bool) -> None:
+    def __init__(self, out: IO[str] | None, alerts: bool, lines: bool, quiet_sources: bool = True) -> None:
         self.columns, self.grouper, self.out = Columns(), Grouper(), out
         self.alerts, self.lines = alerts, lines
         self.context = LineContext()
@@ -256,7 +257,9 @@ class Tally:
         self.stream_names: set[str] = set()
         self.scored_lines = 0
         self.chunk_anomalies: Counter[int] = Counter()  # chunk -> its units over the threshold
-        self.watch = QuietWatch()  # one for the whole input, across the chunks' models
+        self.watch = (
+            QuietWatch() if quiet_sources else None
+        )  # one for the whole input, across the chunks' models
         self.quiet: list[ScoredLine] = []  # at most one per silence of a source
 
     def add(self, u: Unit) -> None:
@@ -544,7 +547,7 @@ def score_parts(
     progress.phase("scoring lines", total)
     with ExitStack() as stack:
         out = stack.enter_context(options.out.open("w", encoding="utf-8")) if options.out else None
-        tally = Tally(out, options.alerts, lines=not sessions)
+        tally = Tally(out, options.alerts, lines=not sessions, quiet_sources=options.quiet_sources)
         for k, part in enumerate(parts):
             scorer = _Scorer(part.detector, k, tally, lambda n: progress.advance(n, ""))
             items = islice(data.read(part.first), part.count)

@@ -309,8 +309,7 @@ class Service:
         if self.settings.stream_idle_seconds is not None:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
-        quiet = self.detector.quiet_sources(self.quiet, records) if self.quiet is not None else []
-        self._put(scored + quiet)
+        self._put(scored + self.detector.quiet_sources(self.quiet, records))
         count_live(scored)
         if self.candidates is not None:  # after the hand-off; trains on its own thread
             self.candidates.observe(scored)

@@ -491,6 +491,14 @@ def test_a_source_that_stops_logging_alerts_once(
     shown_at = messages[[offset for _, offset in placed].index(quiet[0]["offset"])][1].decode()
     assert "web-1 app" in shown_at and quiet[0]["score"] > quiet[0]["threshold"]
     assert [e["kind"] for e in read_jsonl(serve.audit) if e["kind"] != "line"] == ["quiet"]
+    off = Serve(
+        tmp_path, kafka_broker, synthetic_model_dir, topic, f"{group}-off", quiet_sources=False
+    ).start()
+    wait_for(off.ready, "serve (quiet_sources: false) ready")
+    wait_for(lambda: fully_committed(kafka_broker, f"{group}-off", topic, 1), "all offsets committed again")
+    assert off.terminate() == 0
+    assert len(off.audited()) == len(messages)
+    assert [a for a in read_jsonl(off.sink) if a["kind"] == "quiet"] == []
 
 
 def test_model_max_streams_sets_the_engines_resident_streams(

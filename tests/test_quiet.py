@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,18 @@ def test_the_html_report_shows_the_quiet_source(
     section = text[text.index('<section id="quiet-sources">') :]
     assert section.count('<tr class="quiet">') == 1
     assert "web-1 cron has not logged for" in section
+
+
+def test_replay_without_the_watch_lists_no_quiet_source(
+    stopped_job_log: Path, synthetic_model_dir: Path
+) -> None:
+    """`logstream replay --no-quiet-sources` (as serve's `quiet_sources: false`) lists none."""
+    result = subprocess.run(
+        [sys.executable, "-m", "logstream.cli", "replay", str(stopped_job_log), "--model", str(synthetic_model_dir),
+         "--no-quiet-sources", "--json"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert json.loads(result.stdout.splitlines()[-1])["quiet_sources"] == []
 
 
 def test_tail_prints_the_quiet_source(stopped_job_log: Path, synthetic_model_dir: Path) -> None:
