@@ -29,7 +29,8 @@ for longer than its rhythm allows.
   fit, as the line tail's refit never takes a flagged line).
 
 State is bounded: `max_sources` (stream, source) pairs, the least recently heard forgotten,
-each with its `max_gaps` most recent gaps.
+each with its `max_gaps` most recent gaps in time and in ticks (8 bytes each): at most 32 MiB
+at the defaults, and no work per line that grows with the sources watched.
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections import OrderedDict, deque
+from array import array
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from logstream.event_time import line_time
 from logstream.tail import MIN_SAMPLES, TailFit, fit_tail
 
 MAX_SOURCES = 4096  # (stream, source) pairs watched
-MAX_GAPS = 1000  # a source's most recent gaps kept for its fit
+MAX_GAPS = 500  # a source's most recent gaps kept for its fit
 REFIT_EVERY = 20  # new gaps between refits of a source's tail
 HEADER_CHARS = 200  # how far into a line the syslog header may start
 _HEADER = re.compile(
@@ -88,8 +92,8 @@ class QuietSource:
 class _Rhythm:
     last: float  # its last line's time
     last_tick: int  # the stream's active seconds (ticks) at its last line
-    gaps: deque[float]  # s between its visits
-    tick_gaps: deque[float]  # the stream's ticks between its visits
+    gaps: array  # s between its visits (doubles, oldest first)
+    tick_gaps: array  # the stream's ticks between its visits
     fit: TailFit | None = None
     tick_fit: TailFit | None = None
     new_gaps: int = 0  # since the last fit
@@ -114,6 +118,7 @@ class QuietWatch:
     # stream -> (its last line's time, ticks: the distinct seconds it logged in)
     _clocks: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)
     _due: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # stream -> heap of deadlines
+    _sources: Counter[str] = field(default_factory=Counter)  # stream -> its sources watched
 
     def __len__(self) -> int:
         """How many (stream, source) pairs are watched."""
@@ -136,7 +141,8 @@ class QuietWatch:
         key = (stream, source)
         rhythm = self._rhythms.get(key)
         if rhythm is None:
-            self._rhythms[key] = _Rhythm(now, ticks, deque(maxlen=self.max_gaps), deque(maxlen=self.max_gaps))
+            self._rhythms[key] = _Rhythm(now, ticks, array("d"), array("d"))
+            self._sources[stream] += 1
             self._forget()
             return
         self._rhythms.move_to_end(key)
@@ -146,9 +152,14 @@ class QuietWatch:
             rhythm.gaps.append(now - rhythm.last)
             rhythm.tick_gaps.append(ticks - rhythm.last_tick)
             rhythm.new_gaps += 1
+            if len(rhythm.gaps) > self.max_gaps:
+                del rhythm.gaps[0], rhythm.tick_gaps[0]
         rhythm.last, rhythm.last_tick, rhythm.alerted = now, ticks, False
         if len(rhythm.gaps) >= MIN_SAMPLES and (rhythm.fit is None or rhythm.new_gaps >= REFIT_EVERY):
-            rhythm.fit, rhythm.tick_fit = fit_tail(list(rhythm.gaps)), fit_tail(list(rhythm.tick_gaps))
+            rhythm.fit, rhythm.tick_fit = (
+                fit_tail(np.asarray(rhythm.gaps)),
+                fit_tail(np.asarray(rhythm.tick_gaps)),
+            )
             rhythm.new_gaps = 0
         rhythm.judge(threshold)
         if rhythm.deadline < math.inf:
@@ -205,7 +216,9 @@ class QuietWatch:
         once it has none left)."""
         while len(self._rhythms) > self.max_sources:
             (stream, _), _ = self._rhythms.popitem(last=False)
-            if not any(s == stream for s, _ in self._rhythms):
+            self._sources[stream] -= 1
+            if not self._sources[stream]:
+                del self._sources[stream]
                 self._clocks.pop(stream, None)
                 self._due.pop(stream, None)
 
