@@ -42,7 +42,8 @@ rate) in each loghub sample with syslog headers. As it is, every quiet source it
 a false alarm or an outage nobody labeled. Then each source the watch can judge by the
 log's middle (tail.MIN_SAMPLES gaps before it, lines after it) is stopped there
 (`incidents.stop_source`), one at a time: is it noticed, how long after its last line,
-and how many other sources are called quiet.
+and how many other sources are called quiet. `us_per_line`: the watch's own time a line,
+best of QUIET_TIMING_PASSES over the log as it is (also run for logs without a header).
 
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
@@ -339,6 +340,20 @@ def quiet_lines(lines: list[str], threshold: float) -> list[tuple[int, str, floa
     ]
 
 
+QUIET_TIMING_PASSES = 7
+
+
+def watch_us_per_line(lines: list[str], threshold: float) -> float:
+    """The watch's time a line, best of QUIET_TIMING_PASSES fresh watches over `lines`."""
+    best = math.inf
+    for _ in range(QUIET_TIMING_PASSES):
+        watch, started = QuietWatch(), time.perf_counter()
+        for line in lines:
+            watch.observe("log", line, threshold)
+        best = min(best, time.perf_counter() - started)
+    return round(1e6 * best / len(lines), 1)
+
+
 def quiet(data_dir: Path) -> dict[str, dict]:
     """Each syslog-format loghub sample as it is, then with each judgeable source stopped at
     its middle: quiet sources named, and the stopped ones noticed."""
@@ -351,6 +366,7 @@ def quiet(data_dir: Path) -> dict[str, dict]:
         lines, _, _ = load_set(dev, data_dir)
         sources = [source_of(line) for line in lines]
         if not any(sources):
+            results[dev.name] = {"with_header": 0, "us_per_line": watch_us_per_line(lines, threshold)}
             continue
         middle = len(lines) // 2
         visits: dict[str, set[float]] = {}
@@ -375,6 +391,7 @@ def quiet(data_dir: Path) -> dict[str, dict]:
             "stopped_noticed": f"{sum(v != 'missed' for v in stopped.values())}/{len(judged)}",
             "noticed_after": stopped,
             "other_quiet_per_1000": round(1000 * float(np.mean(others)) / len(lines), 1) if others else None,
+            "us_per_line": watch_us_per_line(lines, threshold),
         }
         results[dev.name] = row
         print(f"  {dev.name:12s} {row}", flush=True)
