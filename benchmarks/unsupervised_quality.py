@@ -369,10 +369,10 @@ def quiet(data_dir: Path) -> dict[str, dict]:
             results[dev.name] = {"with_header": 0, "us_per_line": watch_us_per_line(lines, threshold)}
             continue
         middle = len(lines) // 2
-        visits: dict[str, set[float]] = {}
+        visits: dict[str, set[int]] = {}  # the seconds each source logged in, as the watch counts them
         for found in sources[:middle]:
             if found is not None:
-                visits.setdefault(found[0], set()).add(found[1])
+                visits.setdefault(found[0], set()).add(math.floor(found[1]))
         later = Counter(found[0] for found in sources[middle:] if found is not None)
         judged = sorted(s for s, seen in visits.items() if len(seen) > MIN_SAMPLES and later[s])
         as_is = quiet_lines(lines, threshold)

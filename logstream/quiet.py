@@ -7,7 +7,10 @@ for longer than its rhythm allows.
 
 - **Source:** a syslog header's host and program (`Jun 14 15:16:01 combo sshd[19939]:` is
   `combo sshd`; also after an ISO 8601 time, and after columns before the header, as in
-  Thunderbird's). Lines without such a header are not watched.
+  Thunderbird's); else the logger of a log4j / Python logging line, after its ISO time, an
+  optional pid, the level and an optional `[thread]` (`2015-10-18 18:01:47,978 INFO [main]
+  org.apache.hadoop.mapreduce.v2.app.MRAppMaster:` is that class: the stream names the host).
+  Lines without either header are not watched.
 - **Rhythm:** the gaps between the distinct seconds a source logs in (a burst of lines in
   one second is one visit). The tail of a source's gaps is fitted like the line tail
   (`tail.fit_tail`: peaks over threshold, a generalized Pareto), so a daily job (gaps of a
@@ -19,7 +22,9 @@ for longer than its rhythm allows.
   distinct seconds the stream logged in, whose tail is fitted the same way. A host that
   slept (a laptop, a paused VM) wakes with every source far past its time limit; the second
   condition waits until the stream has been awake for longer than the source ever stayed
-  away. It needs `tail.MIN_SAMPLES` gaps first.
+  away. It needs `tail.MIN_SAMPLES` gaps first, and a silence shorter than
+  MIN_QUIET_SECONDS is never one: a source that logs every second is statistically quiet
+  after 3 s, which no one should be paged for (alert rules' `for: 1m`).
 - **Event time only:** the clock is the time of the stream's current line, not the latest
   ever seen, so one line from a wrong clock (a year ahead) cannot stop the watch. A replay
   therefore notices a silence at the same line as serve does, and the watch notices it only
@@ -50,20 +55,29 @@ from logstream.tail import MIN_SAMPLES, TailFit, fit_tail
 MAX_SOURCES = 4096  # (stream, source) pairs watched
 MAX_GAPS = 500  # a source's most recent gaps kept for its fit
 REFIT_EVERY = 20  # new gaps between refits of a source's tail
+MIN_QUIET_SECONDS = 60.0  # the shortest silence that is ever reported
 HEADER_CHARS = 200  # how far into a line the syslog header may start
 _HEADER = re.compile(
     r"(?:^|\s)\[?([A-Z][a-z]{2} {1,2}\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?)\]? "
     r"(\S+) ([^\s\[:]+)(?:\[\d+\])?:"  # host, program[pid]:
 )
+_LOGGER = re.compile(
+    r"(?:^|\s)\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]?,?(?: -)? +"
+    r"(?:\d+ +)?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL|Info|Warning|Error)\s+"  # [pid] LEVEL
+    r"(?:\[[^\]]*\]\s+)?([A-Za-z][\w.$-]*)"  # [thread] logger
+)
 
 
 def source_of(line: str) -> tuple[str, float] | None:
-    """The line's syslog source (`host program`) and its header's time, or None."""
-    match = _HEADER.search(line, 0, HEADER_CHARS)
-    if match is None:
+    """The line's source (syslog: `host program`; log4j: the logger) and its header's time, or None."""
+    if match := _HEADER.search(line, 0, HEADER_CHARS):
+        source = f"{match.group(2)} {match.group(3)}"
+    elif match := _LOGGER.search(line, 0, HEADER_CHARS):
+        source = match.group(2)
+    else:
         return None
     stamp = line_time(match.group(1))
-    return None if stamp is None else (f"{match.group(2)} {match.group(3)}", stamp)
+    return None if stamp is None else (source, stamp)
 
 
 @dataclass(frozen=True)
@@ -104,7 +118,7 @@ class _Rhythm:
     def judge(self, threshold: float) -> None:
         """Set the limits: the gap, in time and in ticks, whose tail probability is 10 ** -threshold."""
         if self.fit is not None and self.tick_fit is not None:
-            self.deadline = self.last + self.fit.raw_threshold(10.0**-threshold)
+            self.deadline = self.last + max(MIN_QUIET_SECONDS, self.fit.raw_threshold(10.0**-threshold))
             self.tick_limit = self.last_tick + self.tick_fit.raw_threshold(10.0**-threshold)
 
 
@@ -129,7 +143,7 @@ class QuietWatch:
         found = source_of(line)
         if found is None:
             return []
-        source, now = found
+        source, now = found[0], math.floor(found[1])  # whole seconds: a visit is a second
         previous, ticks = self._clocks.get(stream, (math.nan, 0))
         ticks += now != previous  # a new second of the stream's activity
         self._clocks[stream] = (now, ticks)

@@ -13,7 +13,7 @@ from quiet_support import START, THRESHOLD, line, rhythm, stopped_job
 
 from logstream.detector import Detector
 from logstream.live import TailOptions, run_tail
-from logstream.quiet import QuietWatch, source_of
+from logstream.quiet import MIN_QUIET_SECONDS, QuietWatch, source_of
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
 from logstream.report import write_report
 
@@ -33,8 +33,19 @@ def test_source_of_reads_syslog_iso_and_prefixed_headers() -> None:
         "1131566461 2005.11.09 dn228 Nov 9 12:01:01 dn228/dn228 crond(pam_unix)[2915]: session closed"
     )
     assert source_of(thunderbird)[0] == "dn228/dn228 crond(pam_unix)"
-    assert source_of("2026-11-02 08:00:03,119 INFO [main] org.apache.Foo: started") is None
     assert source_of("no header at all") is None
+
+
+def test_source_of_reads_the_logger_of_log4j_and_python_logging_lines() -> None:
+    """Without a syslog header, the logger after the time, pid, level and [thread] is the source."""
+    hadoop = "2015-10-18 18:01:47,978 INFO [main] org.apache.hadoop.mapreduce.v2.app.MRAppMaster: Created"
+    assert source_of(hadoop) == ("org.apache.hadoop.mapreduce.v2.app.MRAppMaster", 1_445_191_307.978)
+    openstack = "nova-api.log.1 2017-05-16 00:00:00.008 25746 INFO nova.osapi_compute.wsgi.server [req-3] GET"
+    assert source_of(openstack)[0] == "nova.osapi_compute.wsgi.server"
+    assert source_of("2016-09-28 04:30:30, Info                  CBS    Loaded Servicing Stack")[0] == "CBS"
+    # a level with a host before it is no logger line (logstream's synthetic format), nor a "-"
+    assert source_of("2026-11-02T08:00:00.116Z web-2 INFO http: POST /api/carts status=200") is None
+    assert source_of("2015-07-29 19:04:12,394 - INFO  [/10.10.34.11:3888:Listener@493] - Received") is None
 
 
 def test_regular_sources_stay_quiet_for_days() -> None:
@@ -59,6 +70,18 @@ def test_one_line_from_a_wrong_clock_does_not_stop_the_watch() -> None:
     events = stopped_job()
     events.insert(len(events) // 3, (START + 365 * 86_400, "web-1 ntpd"))
     assert [q.source for q in watch_all(events)] == ["web-1 cron"]
+
+
+def test_a_short_silence_is_never_quiet() -> None:
+    """A source that logs every second is statistically quiet after a few seconds; it is named
+    only past MIN_QUIET_SECONDS: a 40 s pause is not, a stop is, a minute after its last line."""
+    beat = [(START + s, "web-1 agent") for s in range(1200)]
+    app = [(START + s + 0.5, "web-1 app") for s in range(0, 1200, 7)]
+    pause = [(t, s) for t, s in beat if not START + 300 <= t < START + 340]
+    assert watch_all(sorted(pause + app)) == []
+    stop = [(t, s) for t, s in beat if t < START + 300]
+    (quiet,) = watch_all(sorted(stop + app))
+    assert quiet.source == "web-1 agent" and MIN_QUIET_SECONDS <= quiet.noticed_at - quiet.last_seen < 90
 
 
 def test_a_host_that_slept_is_not_quiet_when_it_wakes() -> None:
