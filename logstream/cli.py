@@ -140,7 +140,7 @@ QuietSourcesOpt = Annotated[
     bool,
     typer.Option(
         "--quiet-sources/--no-quiet-sources",
-        help="Watch for syslog sources (host and program) that stop logging, as serve's quiet_sources does.",
+        help="Watch for sources (syslog programs, log4j loggers) that stop logging, as serve's quiet_sources does.",
     ),
 ]
 StreamKeyOpt = Annotated[

@@ -270,7 +270,7 @@ def _quiet(report: ReplayReport) -> str:
     )
     return (
         f'<section id="quiet-sources"><h2>Sources that stopped logging ({len(report.quiet):,})</h2>'
-        '<p class="muted">A syslog source (host and program) silent for longer than its own rhythm allows, '
+        '<p class="muted">A source (a syslog host and program, or a logger) silent for longer than its own rhythm allows, '
         "noticed at a later line of its stream; the score is -log10 p of a normal gap this long.</p>"
         "<table><thead><tr><th>score</th><th>noticed at line</th><th>stream</th><th>source</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></section>"

@@ -320,8 +320,8 @@ class ServeSettings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=20.0, gt=0)
     # A stream quiet this long is closed and gets its end-of-stream score; None = never.
     stream_idle_seconds: float | None = Field(default=None, gt=0)
-    # Alert when a syslog source of a stream stops logging for longer than its rhythm allows
-    # (logstream/quiet.py), at the line threshold.
+    # Alert when a source of a stream (syslog program, log4j logger) stops logging for longer
+    # than its rhythm allows (logstream/quiet.py), at the line threshold.
     quiet_sources: bool = True
     # Streams tracked for stream_idle_seconds. Past it the least recently seen one is forgotten
     # (not closed: it gets no end score), so memory stays bounded under any number of keys.
