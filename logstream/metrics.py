@@ -40,6 +40,9 @@ INFLIGHT_LINES = Gauge("logstream_inflight_lines", "Lines fetched and not yet co
 PAUSED_PARTITIONS = Gauge("logstream_paused_partitions", "Partitions paused for backpressure.")
 ASSIGNED_PARTITIONS = Gauge("logstream_assigned_partitions", "Partitions this consumer owns.")
 TRACKED_STREAMS = Gauge("logstream_tracked_streams", "Streams tracked for the idle timeout.")
+QUIET_WATCHED = Gauge(
+    "logstream_quiet_watched_sources", "(stream, source) pairs whose rhythm the quiet-source watch keeps."
+)
 TEMPLATES = Gauge(
     "logstream_templates", "Log templates the miner holds (least recently used beyond its cap are forgotten)."
 )

@@ -77,6 +77,7 @@ from logstream.metrics import (
     LINES,
     MODEL_RELOADS,
     PAUSED_PARTITIONS,
+    QUIET_WATCHED,
     RESTORE_SECONDS,
     RESTORED_STREAMS,
     SCORE_SECONDS,
@@ -310,6 +311,8 @@ class Service:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
         self._put(scored + self.detector.quiet_sources(self.quiet, records))
+        if self.quiet is not None:
+            QUIET_WATCHED.set(len(self.quiet))
         count_live(scored)
         if self.candidates is not None:  # after the hand-off; trains on its own thread
             self.candidates.observe(scored)

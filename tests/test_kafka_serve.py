@@ -485,6 +485,7 @@ def test_a_source_that_stops_logging_alerts_once(
     serve = Serve(tmp_path, kafka_broker, synthetic_model_dir, topic, group).start()
     wait_for(serve.ready, "serve ready")
     wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
+    assert serve.metric("logstream_quiet_watched_sources") == 2  # web-1 cron and web-1 app
     assert serve.terminate() == 0
     quiet = [a for a in read_jsonl(serve.sink) if a["kind"] == "quiet"]
     assert [(a["stream"], a["template"]) for a in quiet] == [("web-1", "quiet source: web-1 cron")]
