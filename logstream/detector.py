@@ -160,15 +160,9 @@ class Detector:
             "none": [],
         }[sinks]
         self.engine = StreamingEngine(
-            model,
-            sink_ids,
-            window=window or meta["window"],
-            max_streams=max_streams,
-            chunk_tokens=chunk_tokens,
-            device=device,
-            int8_ring=int8_ring,
-            dtype=dtype,
-        )
+            model, sink_ids, window=window or meta["window"], max_streams=max_streams,
+            chunk_tokens=chunk_tokens, device=device, int8_ring=int8_ring, dtype=dtype,
+        )  # fmt: skip
         self.peak_cache_bytes = 0  # the most cache memory held after any batch
 
     @classmethod
