@@ -257,9 +257,8 @@ class Tally:
         self.stream_names: set[str] = set()
         self.scored_lines = 0
         self.chunk_anomalies: Counter[int] = Counter()  # chunk -> its units over the threshold
-        self.watch = (
-            QuietWatch() if quiet_sources else None
-        )  # one for the whole input, across the chunks' models
+        # one watch for the whole input, across the chunks' models
+        self.watch = QuietWatch() if quiet_sources else None
         self.quiet: list[ScoredLine] = []  # at most one per silence of a source
 
     def add(self, u: Unit) -> None:

@@ -266,12 +266,14 @@ def _quiet(report: ReplayReport) -> str:
         f'<tr class="quiet"><td class="num">{q.score:.2f}</td>'
         f'<td class="num">{q.record.offset + 1 if q.record.offset is not None else ""}</td>'
         f'<td>{_e(q.record.stream)}</td><td class="line">{_e(q.record.line)}</td></tr>'
-        for q in report.quiet
+        for q in report.quiet[:MAX_GROUPS]
     )
+    more = len(report.quiet) - MAX_GROUPS
+    note = f'<p class="muted">{more:,} more in the JSON summary (--json).</p>' if more > 0 else ""
     return (
         f'<section id="quiet-sources"><h2>Sources that stopped logging ({len(report.quiet):,})</h2>'
         '<p class="muted">A source (a syslog host and program, or a logger) silent for longer than its own rhythm allows, '
         "noticed at a later line of its stream; the score is -log10 p of a normal gap this long.</p>"
         "<table><thead><tr><th>score</th><th>noticed at line</th><th>stream</th><th>source</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></section>"
+        f"<tbody>{rows}</tbody></table>{note}</section>"
     )
