@@ -111,15 +111,25 @@ class _Rhythm:
     fit: TailFit | None = None
     tick_fit: TailFit | None = None
     new_gaps: int = 0  # since the last fit
+    # the gap, in s and in ticks, whose tail probability is 10 ** -limits_for: once per fit and threshold
+    gap_limit: float = math.inf
+    tick_gap_limit: float = math.inf
+    limits_for: float = math.nan
     deadline: float = math.inf  # when it turns quiet at the threshold it was last judged by
     tick_limit: float = math.inf  # ... and after how many of the stream's ticks
     alerted: bool = False  # its current silence has alerted
 
     def judge(self, threshold: float) -> None:
-        """Set the limits: the gap, in time and in ticks, whose tail probability is 10 ** -threshold."""
-        if self.fit is not None and self.tick_fit is not None:
-            self.deadline = self.last + max(MIN_QUIET_SECONDS, self.fit.raw_threshold(10.0**-threshold))
-            self.tick_limit = self.last_tick + self.tick_fit.raw_threshold(10.0**-threshold)
+        """Set the deadline and tick limit: its last line plus the gaps its fits allow at `threshold`."""
+        if self.fit is None or self.tick_fit is None:
+            return
+        if threshold != self.limits_for:
+            rate = 10.0**-threshold
+            self.gap_limit = max(MIN_QUIET_SECONDS, self.fit.raw_threshold(rate))
+            self.tick_gap_limit = self.tick_fit.raw_threshold(rate)
+            self.limits_for = threshold
+        self.deadline = self.last + self.gap_limit
+        self.tick_limit = self.last_tick + self.tick_gap_limit
 
 
 @dataclass
@@ -130,7 +140,7 @@ class QuietWatch:
     max_gaps: int = MAX_GAPS
     _rhythms: OrderedDict[tuple[str, str], _Rhythm] = field(default_factory=OrderedDict)
     # stream -> (its last line's time, ticks: the distinct seconds it logged in)
-    _clocks: OrderedDict[str, tuple[float, int]] = field(default_factory=OrderedDict)
+    _clocks: dict[str, tuple[float, int]] = field(default_factory=dict)
     _due: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # stream -> heap of deadlines
     _sources: Counter[str] = field(default_factory=Counter)  # stream -> its sources watched
 
@@ -147,7 +157,6 @@ class QuietWatch:
         previous, ticks = self._clocks.get(stream, (math.nan, 0))
         ticks += now != previous  # a new second of the stream's activity
         self._clocks[stream] = (now, ticks)
-        self._clocks.move_to_end(stream)
         self._hear(stream, source, now, ticks, threshold)
         return self._quiet(stream, now, ticks, threshold)
 
@@ -174,7 +183,7 @@ class QuietWatch:
                 fit_tail(np.asarray(rhythm.gaps)),
                 fit_tail(np.asarray(rhythm.tick_gaps)),
             )
-            rhythm.new_gaps = 0
+            rhythm.new_gaps, rhythm.limits_for = 0, math.nan  # new fits: new limits
         rhythm.judge(threshold)
         if rhythm.deadline < math.inf:
             due = self._due.setdefault(stream, [])
