@@ -44,6 +44,10 @@ log's middle (tail.MIN_SAMPLES gaps before it, lines after it) is stopped there
 (`incidents.stop_source`), one at a time: is it noticed, how long after its last line,
 and how many other sources are called quiet. `us_per_line`: the watch's own time a line,
 best of QUIET_TIMING_PASSES over the log as it is (also run for logs without a header).
+`restart_cold` / `restart_baseline`: a watch that starts at the middle (a new replay of the
+second half, a restarted serve), without and with the first half's rhythms
+(`quiet.learn_baseline`, what `train` saves): each judged source logs once more, then
+stops (`noticed`), and the second half as it is (`quiet_as_is`).
 
 Chunk models are cached in --out/<set>/part-<k>; delete them after a training change.
 The last stdout line is JSON.
@@ -68,8 +72,8 @@ from logstream.inputs import InputStats, parse_lines, streams_from_lines
 from logstream.model import load_model_dir, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
-from logstream.quiet import QuietWatch, source_of
-from logstream.records import LogRecord
+from logstream.quiet import Baseline, QuietWatch, learn_baseline, source_of
+from logstream.records import LogRecord, Stream
 from logstream.replay import (
     Part,
     ReplayInput,
@@ -330,14 +334,30 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
     return results
 
 
-def quiet_lines(lines: list[str], threshold: float) -> list[tuple[int, str, float]]:
+def quiet_lines(
+    lines: list[str], threshold: float, baseline: Baseline | None = None
+) -> list[tuple[int, str, float]]:
     """(line index, source, s since its last line) of each quiet source the watch names."""
     watch = QuietWatch()
     return [
         (i, q.source, q.noticed_at - q.last_seen)
         for i, line in enumerate(lines)
-        for q in watch.observe("log", line, threshold)
+        for q in watch.observe("log", line, threshold, baseline)
     ]
+
+
+def restarted(lines: list[str], judged: list[str], threshold: float, baseline: Baseline | None) -> dict:
+    """A watch that starts at the log's middle (a new replay, a restarted serve), with or
+    without the first half's `baseline`: each judged source logs once more, then stops
+    (noticed?), and the second half as it is (quiet sources named)."""
+    later = lines[len(lines) // 2 :]
+    noticed = 0
+    for source in judged:
+        first = next(i for i, line in enumerate(later) if (found := source_of(line)) and found[0] == source)
+        events = quiet_lines(stop_source(later, source, first + 1), threshold, baseline)
+        noticed += any(s == source for _, s, _ in events)
+    as_is = quiet_lines(later, threshold, baseline)
+    return {"noticed": f"{noticed}/{len(judged)}", "quiet_as_is": len(as_is)}
 
 
 QUIET_TIMING_PASSES = 7
@@ -392,6 +412,11 @@ def quiet(data_dir: Path) -> dict[str, dict]:
             "noticed_after": stopped,
             "other_quiet_per_1000": round(1000 * float(np.mean(others)) / len(lines), 1) if others else None,
             "us_per_line": watch_us_per_line(lines, threshold),
+            # after a restart at the middle: cold, and from the first half's rhythms
+            "restart_cold": restarted(lines, judged, threshold, None),
+            "restart_baseline": restarted(
+                lines, judged, threshold, learn_baseline([Stream("log", lines[:middle])])
+            ),
         }
         results[dev.name] = row
         print(f"  {dev.name:12s} {row}", flush=True)

@@ -25,7 +25,7 @@ from logstream.feedback import FeedbackRules
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
-from logstream.quiet import QuietWatch
+from logstream.quiet import BaselineRhythm, QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream, location
 from logstream.scoring import (
     Calibration,
@@ -151,6 +151,11 @@ class Detector:
         self.fixed_threshold = threshold
         self.known_templates = list(meta.get("templates", []))
         self.calibration = Calibration.from_json(meta["calibration"])
+        # the sources' rhythms in the training lines: a quiet watch starts from them (logstream.quiet)
+        self.quiet_baseline = {
+            source: BaselineRhythm.from_json(rhythm)
+            for source, rhythm in meta.get("quiet_baseline", {}).items()
+        }
         self.miner = seeded_miner(self.known_templates)
         self.known_clusters = self.miner.size  # clusters 1..known_clusters are training templates
         self.feedback: FeedbackRules | None = None  # templates operators marked normal
@@ -311,12 +316,13 @@ class Detector:
         ScoredLines of kind "quiet" at the line threshold, each carrying the line that showed
         it; none without a watch (switched off). The watch is the caller's: it outlives a
         model switch (serve) and a chunk's model (replay), since a source's rhythm is not the
-        model's."""
+        model's; a source the watch has not heard yet starts from its rhythm in this model's
+        training lines (`quiet_baseline`)."""
         if watch is None:
             return []
         threshold, out = self.threshold, []
         for record in records:
-            for quiet in watch.observe(record.stream, record.line, threshold):
+            for quiet in watch.observe(record.stream, record.line, threshold, self.quiet_baseline):
                 out.append(
                     ScoredLine(
                         record=dataclasses.replace(record, line=quiet.describe(), timestamp=quiet.noticed_at),

@@ -34,6 +34,7 @@ from pydantic import (
 
 from logstream.errors import UserError
 from logstream.presets import PRESETS
+from logstream.quiet import MAX_SOURCES, BaselineRhythm
 from logstream.regex import RegexError, compile_safe
 from logstream.scoring import Calibration
 
@@ -47,7 +48,7 @@ MAX_SINK_TOKENS = 8192
 MAX_MASK_RULES = 256
 MAX_PATTERN_CHARS = 4096
 MAX_PROMPT_LINES = 4096
-# What building a Calibration from a wrong shape of JSON raises: a missing inner field
+# What building a Calibration (or a quiet source's rhythm) from a wrong shape of JSON raises: a missing inner field
 # (KeyError), a wrong type (TypeError, AttributeError: `None.items()`), a bad value (ValueError).
 CALIBRATION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
@@ -93,6 +94,7 @@ class ModelMeta(BaseModel):
     data_sha256: StrictStr = ""
     model_id: StrictStr = ""
     stream_key: StrictStr | None = None
+    quiet_baseline: Annotated[dict[StrictStr, dict[StrictStr, Any]], Field(max_length=MAX_SOURCES)] = {}
 
     @field_validator("stream_key")
     @classmethod
@@ -103,6 +105,16 @@ class ModelMeta(BaseModel):
             except RegexError as exc:
                 raise ValueError(f"{stream_key!r} is {exc}") from None
         return stream_key
+
+    @field_validator("quiet_baseline")
+    @classmethod
+    def _rhythms_load(cls, rhythms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for source, rhythm in rhythms.items():
+            try:
+                BaselineRhythm.from_json(rhythm)
+            except CALIBRATION_ERRORS as exc:
+                raise ValueError(f"{source!r}: not a rhythm: {_one_line(exc)}") from None
+        return rhythms
 
     @field_validator("version")
     @classmethod

@@ -32,6 +32,14 @@ for longer than its rhythm allows.
   this watch's to see (serve's `stream_idle_seconds` ends idle streams).
 - A silence alerts once. The gap that ends it is not learned (a flagged gap never moves the
   fit, as the line tail's refit never takes a flagged line).
+- **Baseline:** a source needs MIN_SAMPLES gaps before it can be judged: a daily job, 20
+  days. `learn_baseline` runs the watch over a model's training lines (`train` saves the
+  result with the model), and a source heard for the first time takes its baseline rhythm
+  (`observe(..., baseline=)`) until it has MIN_SAMPLES gaps of its own: a new replay, a
+  restarted or redeployed serve, watches it from its first line. Sources are matched by name
+  alone (`host program`, a logger), whatever the stream; the stream's ticks are counted as
+  the baseline's streams counted them, so a baseline read as one stream per file and a serve
+  with one stream per host count different ticks (a larger tick limit: later, never sooner).
 
 State is bounded: `max_sources` (stream, source) pairs, the least recently heard forgotten,
 each with its `max_gaps` most recent gaps in time and in ticks (8 bytes each): at most 32 MiB
@@ -45,12 +53,14 @@ import math
 import re
 from array import array
 from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from logstream.event_time import line_time
-from logstream.tail import MIN_SAMPLES, TailFit, fit_tail
+from logstream.records import Stream
+from logstream.tail import MIN_SAMPLES, TailFit, count, finite, fit_tail
 
 MAX_SOURCES = 4096  # (stream, source) pairs watched
 MAX_GAPS = 500  # a source's most recent gaps kept for its fit
@@ -102,6 +112,41 @@ class QuietSource:
         )
 
 
+@dataclass(frozen=True)
+class BaselineRhythm:
+    """A source's rhythm learned from a model's training lines (`learn_baseline`)."""
+
+    fit: TailFit  # its gaps, s
+    tick_fit: TailFit  # its gaps in the stream's ticks
+    usual_gap: float  # median gap, s
+    longest_gap: float
+    gaps: int
+
+    def to_json(self) -> dict:
+        return {"fit": self.fit.to_json(), "tick_fit": self.tick_fit.to_json(), "usual_gap": self.usual_gap,
+                "longest_gap": self.longest_gap, "gaps": self.gaps}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict) -> BaselineRhythm:
+        """A saved rhythm; raises ValueError/TypeError/KeyError naming the first bad field."""
+        rhythm = cls(
+            fit=TailFit.from_json(data["fit"]),
+            tick_fit=TailFit.from_json(data["tick_fit"]),
+            usual_gap=finite(data["usual_gap"], "usual_gap"),
+            longest_gap=finite(data["longest_gap"], "longest_gap"),
+            gaps=count(data["gaps"], "gaps"),
+        )
+        if not 0 < rhythm.usual_gap <= rhythm.longest_gap or rhythm.gaps < MIN_SAMPLES:
+            raise ValueError(
+                f"rhythm out of range: usual_gap {rhythm.usual_gap}, longest_gap {rhythm.longest_gap}, "
+                f"gaps {rhythm.gaps} (at least {MIN_SAMPLES})"
+            )
+        return rhythm
+
+
+Baseline = Mapping[str, BaselineRhythm]  # source -> its rhythm in the baseline
+
+
 @dataclass
 class _Rhythm:
     last: float  # its last line's time
@@ -118,6 +163,14 @@ class _Rhythm:
     deadline: float = math.inf  # when it turns quiet at the threshold it was last judged by
     tick_limit: float = math.inf  # ... and after how many of the stream's ticks
     alerted: bool = False  # its current silence has alerted
+    seed: BaselineRhythm | None = None  # its fits until it has MIN_SAMPLES gaps of its own
+
+    def summary(self) -> tuple[float, float, int]:
+        """(median gap, longest gap, gaps) of what its fit was made from."""
+        if self.seed is not None:
+            return self.seed.usual_gap, self.seed.longest_gap, self.seed.gaps
+        gaps = sorted(self.gaps)
+        return gaps[len(gaps) // 2], gaps[-1], len(gaps)
 
     def judge(self, threshold: float) -> None:
         """Set the deadline and tick limit: its last line plus the gaps its fits allow at `threshold`."""
@@ -148,8 +201,12 @@ class QuietWatch:
         """How many (stream, source) pairs are watched."""
         return len(self._rhythms)
 
-    def observe(self, stream: str, line: str, threshold: float) -> list[QuietSource]:
-        """Take one line of `stream`; return the sources of the stream that its time shows quiet."""
+    def observe(
+        self, stream: str, line: str, threshold: float | None, baseline: Baseline | None = None
+    ) -> list[QuietSource]:
+        """Take one line of `stream`; return the sources of the stream that its time shows quiet.
+        A source heard for the first time takes its rhythm in `baseline`, if it has one.
+        `threshold` None learns the rhythms only (a baseline) and judges no source."""
         found = source_of(line)
         if found is None:
             return []
@@ -157,20 +214,45 @@ class QuietWatch:
         previous, ticks = self._clocks.get(stream, (math.nan, 0))
         ticks += now != previous  # a new second of the stream's activity
         self._clocks[stream] = (now, ticks)
-        self._hear(stream, source, now, ticks, threshold)
-        return self._quiet(stream, now, ticks, threshold)
+        self._hear(stream, source, now, ticks, threshold, baseline)
+        return [] if threshold is None else self._quiet(stream, now, ticks, threshold)
 
-    def _hear(self, stream: str, source: str, now: float, ticks: int, threshold: float) -> None:
+    def _hear(
+        self,
+        stream: str,
+        source: str,
+        now: float,
+        ticks: int,
+        threshold: float | None,
+        baseline: Baseline | None,
+    ) -> None:
         key = (stream, source)
         rhythm = self._rhythms.get(key)
         if rhythm is None:
-            self._rhythms[key] = _Rhythm(now, ticks, array("d"), array("d"))
+            seed = baseline.get(source) if baseline else None
+            rhythm = self._rhythms[key] = _Rhythm(now, ticks, array("d"), array("d"), seed=seed)
             self._sources[stream] += 1
             self._forget()
+            if seed is None:
+                return
+            rhythm.fit, rhythm.tick_fit = seed.fit, seed.tick_fit
+        else:
+            self._rhythms.move_to_end(key)
+            if now <= rhythm.last:  # the same second (one visit), or a line out of order
+                return
+            self._learn(rhythm, now, ticks, refit=threshold is not None)
+        if threshold is None:
             return
-        self._rhythms.move_to_end(key)
-        if now <= rhythm.last:  # the same second (one visit), or a line out of order
-            return
+        rhythm.judge(threshold)
+        if rhythm.deadline < math.inf:
+            due = self._due.setdefault(stream, [])
+            heapq.heappush(due, (rhythm.deadline, source))
+            if len(due) > 4 * len(self._rhythms) + 64:  # stale entries: rebuild from the live deadlines
+                self._due[stream] = self._deadlines(stream)
+
+    def _learn(self, rhythm: _Rhythm, now: float, ticks: int, refit: bool) -> None:
+        """The gap since its last line, into its gaps; `refit`: and into its fits, refitted
+        once it has MIN_SAMPLES gaps of its own, then every REFIT_EVERY new ones."""
         if not rhythm.alerted:  # the gap that ends a flagged silence is not learned
             rhythm.gaps.append(now - rhythm.last)
             rhythm.tick_gaps.append(ticks - rhythm.last_tick)
@@ -178,18 +260,13 @@ class QuietWatch:
             if len(rhythm.gaps) > self.max_gaps:
                 del rhythm.gaps[0], rhythm.tick_gaps[0]
         rhythm.last, rhythm.last_tick, rhythm.alerted = now, ticks, False
-        if len(rhythm.gaps) >= MIN_SAMPLES and (rhythm.fit is None or rhythm.new_gaps >= REFIT_EVERY):
+        due = rhythm.fit is None or rhythm.seed is not None or rhythm.new_gaps >= REFIT_EVERY
+        if refit and due and len(rhythm.gaps) >= MIN_SAMPLES:
             rhythm.fit, rhythm.tick_fit = (
                 fit_tail(np.asarray(rhythm.gaps)),
                 fit_tail(np.asarray(rhythm.tick_gaps)),
             )
-            rhythm.new_gaps, rhythm.limits_for = 0, math.nan  # new fits: new limits
-        rhythm.judge(threshold)
-        if rhythm.deadline < math.inf:
-            due = self._due.setdefault(stream, [])
-            heapq.heappush(due, (rhythm.deadline, source))
-            if len(due) > 4 * len(self._rhythms) + 64:  # stale entries: rebuild from the live deadlines
-                self._due[stream] = self._deadlines(stream)
+            rhythm.new_gaps, rhythm.limits_for, rhythm.seed = 0, math.nan, None  # its own fits: new limits
 
     def _quiet(self, stream: str, clock: float, ticks: int, threshold: float) -> list[QuietSource]:
         due, out = self._due.get(stream, []), []
@@ -209,7 +286,7 @@ class QuietWatch:
                 heapq.heappush(due, (clock, source))
                 continue
             rhythm.alerted = True
-            gaps = sorted(rhythm.gaps)
+            usual_gap, longest_gap, gaps = rhythm.summary()
             out.append(
                 QuietSource(
                     stream=stream,
@@ -218,9 +295,9 @@ class QuietWatch:
                     noticed_at=clock,
                     score=score,
                     threshold=threshold,
-                    usual_gap=gaps[len(gaps) // 2],
-                    longest_gap=gaps[-1],
-                    gaps=len(gaps),
+                    usual_gap=usual_gap,
+                    longest_gap=longest_gap,
+                    gaps=gaps,
                 )
             )
         return out
@@ -244,6 +321,33 @@ class QuietWatch:
                 del self._sources[stream]
                 self._clocks.pop(stream, None)
                 self._due.pop(stream, None)
+
+
+def learn_baseline(streams: Iterable[Stream], max_sources: int = MAX_SOURCES) -> dict[str, BaselineRhythm]:
+    """Each source's rhythm in baseline `streams` (its lines in order per stream), for the
+    sources with at least MIN_SAMPLES gaps; a source in several streams keeps the stream
+    where it has the most gaps."""
+    watch = QuietWatch(max_sources=max_sources)
+    for stream in streams:
+        for line in stream.lines:
+            watch.observe(stream.name, line, None)
+    best: dict[str, _Rhythm] = {}
+    for (_, source), rhythm in watch._rhythms.items():
+        if len(rhythm.gaps) >= MIN_SAMPLES and (
+            source not in best or len(rhythm.gaps) > len(best[source].gaps)
+        ):
+            best[source] = rhythm
+    out = {}
+    for source, rhythm in best.items():
+        gaps = sorted(rhythm.gaps)
+        out[source] = BaselineRhythm(
+            fit=fit_tail(np.asarray(rhythm.gaps)),
+            tick_fit=fit_tail(np.asarray(rhythm.tick_gaps)),
+            usual_gap=gaps[len(gaps) // 2],
+            longest_gap=gaps[-1],
+            gaps=len(gaps),
+        )
+    return out
 
 
 def _span(seconds: float) -> str:

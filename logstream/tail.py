@@ -118,11 +118,11 @@ class TailFit:
     def from_json(cls, data: dict) -> TailFit:
         """A saved fit; raises ValueError/TypeError naming the first bad field."""
         fit = cls(
-            u=_finite(data["u"], "u"),
-            peak_share=_finite(data["peak_share"], "peak_share"),
-            sigma=_finite(data["sigma"], "sigma"),
-            xi=_finite(data["xi"], "xi"),
-            body=tuple(_finite(b, "body") for b in data["body"]),
+            u=finite(data["u"], "u"),
+            peak_share=finite(data["peak_share"], "peak_share"),
+            sigma=finite(data["sigma"], "sigma"),
+            xi=finite(data["xi"], "xi"),
+            body=tuple(finite(b, "body") for b in data["body"]),
             samples=count(data["samples"], "samples"),
             outliers=count(data.get("outliers", 0), "outliers"),  # absent in models saved before stop 19
         )
@@ -148,10 +148,11 @@ def finite_list(values: object, name: str) -> list[float]:
     """A list of finite floats, or ValueError/TypeError naming `name`."""
     if not isinstance(values, list):
         raise TypeError(f"{name}: expected a list of numbers, got {type(values).__name__}")
-    return [_finite(v, name) for v in values]
+    return [finite(v, name) for v in values]
 
 
-def _finite(value: object, name: str) -> float:
+def finite(value: object, name: str) -> float:
+    """A finite number as a float, or ValueError/TypeError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
     if not math.isfinite(value):

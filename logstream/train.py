@@ -42,6 +42,7 @@ from logstream.errors import UserError
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, PatternMiner, mine, pattern_prompt
+from logstream.quiet import learn_baseline
 from logstream.records import Stream
 from logstream.scoring import (
     Calibration,
@@ -402,6 +403,8 @@ def train(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "stream_key": config.stream_key,  # replay and tail default to it
         "calibration": Calibration(config=config.scoring).to_json(),
+        # each source's rhythm (held-out lines too): quiet watches start from it (logstream.quiet)
+        "quiet_baseline": {source: r.to_json() for source, r in learn_baseline(streams).items()},
     }
     detector = Detector(model, tokenizer, meta, device="cpu")
     meta["calibration"] = calibrate(detector, heldout, config.scoring).to_json()

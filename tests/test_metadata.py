@@ -131,6 +131,11 @@ DAMAGE = {
     ),
     "sha-not-a-string": (_set("data_sha256", 12), "data_sha256: Input should be a valid string"),
     "stream-key-bad-regex": (_set("stream_key", "(unclosed"), "stream_key: '(unclosed' is"),
+    "quiet-baseline-list": (_set("quiet_baseline", []), "quiet_baseline: Input should be a valid dictionary"),
+    "quiet-baseline-not-a-rhythm": (
+        _set("quiet_baseline", {"web-1 cron": {"gaps": 30}}),
+        "quiet_baseline: 'web-1 cron': not a rhythm:",
+    ),
     "top-level-list": (lambda meta: [meta], "expected a JSON object, got list"),
 }
 

@@ -13,14 +13,25 @@ from quiet_support import START, THRESHOLD, line, rhythm, stopped_job
 
 from logstream.detector import Detector
 from logstream.live import TailOptions, run_tail
-from logstream.quiet import MIN_QUIET_SECONDS, QuietWatch, source_of
+from logstream.model import META_FILE
+from logstream.quiet import MIN_QUIET_SECONDS, Baseline, QuietWatch, learn_baseline, source_of
+from logstream.records import Stream
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
 from logstream.report import write_report
+from logstream.tail import MIN_SAMPLES
+from logstream.train import TrainConfig, save, train
 
 
-def watch_all(events: list[tuple[float, str]], watch: QuietWatch | None = None) -> list:
+def watch_all(
+    events: list[tuple[float, str]], watch: QuietWatch | None = None, baseline: Baseline | None = None
+) -> list:
     watch = watch or QuietWatch()
-    return [q for t, source in events for q in watch.observe("web-1", line(t, source), THRESHOLD)]
+    return [q for t, source in events for q in watch.observe("web-1", line(t, source), THRESHOLD, baseline)]
+
+
+def after_restart(seed: int, start: float) -> list[tuple[float, str]]:
+    """From `start`: the cron job runs once, then stops; the app logs for 2 h."""
+    return sorted(rhythm(seed, start, start + 300) + rhythm(seed + 1, start + 300, start + 7200, cron=False))
 
 
 def test_source_of_reads_syslog_iso_and_prefixed_headers() -> None:
@@ -114,6 +125,39 @@ def test_the_watch_forgets_the_least_recently_heard_sources() -> None:
     assert len(watch) == 4
 
 
+def test_a_new_watch_notices_a_stopped_job_from_its_baseline_rhythm() -> None:
+    """A new watch (a restarted serve, a replay of a later log) has no gaps of its own: the
+    job that runs once and stops is noticed only from the baseline's rhythms, within three of
+    its periods, and said to be what the baseline saw; a regular day stays quiet."""
+    baseline = learn_baseline(
+        [Stream("web-1", [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)])]
+    )
+    assert sorted(baseline) == ["web-1 app", "web-1 cron"]
+    later = after_restart(1, START + 86_400)
+    assert watch_all(later) == []
+    quiet = watch_all(later, baseline=baseline)
+    assert [q.source for q in quiet] == ["web-1 cron"]
+    assert 330 < quiet[0].noticed_at - quiet[0].last_seen < 900
+    assert quiet[0].gaps == baseline["web-1 cron"].gaps
+    assert watch_all(rhythm(3, START + 86_400, START + 2 * 86_400), baseline=baseline) == []
+
+
+def test_the_baseline_rhythm_gives_way_to_the_sources_own() -> None:
+    """The job ran every 5 min in the baseline and now runs every minute: once it has
+    MIN_SAMPLES gaps of its own, its own rhythm judges it, and a stop is noticed within
+    minutes instead of at the baseline's limit."""
+    baseline = learn_baseline(
+        [Stream("web-1", [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)])]
+    )
+    start = START + 86_400
+    minutely = [(start + 60 * i, "web-1 cron") for i in range(MIN_SAMPLES + 10)]
+    app = rhythm(4, start, start + 3 * 3600, cron=False)
+    quiet = watch_all(sorted(minutely + app), baseline=baseline)
+    assert [q.source for q in quiet] == ["web-1 cron"]
+    assert quiet[0].noticed_at - quiet[0].last_seen < 180
+    assert quiet[0].gaps == MIN_SAMPLES + 9  # its own gaps, not the baseline's
+
+
 @pytest.fixture(scope="module")
 def stopped_job_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A log whose cron job stops after 2.5 h while the app logs 1 h more."""
@@ -179,3 +223,27 @@ def test_tail_prints_the_quiet_source(stopped_job_log: Path, synthetic_model_dir
     quiet = [a for a in map(json.loads, out.getvalue().splitlines()) if a["kind"] == "quiet"]
     assert [a["template"] for a in quiet] == ["quiet source: web-1 cron"]
     assert quiet[0]["stream"] == "default" and quiet[0]["location"].startswith(f"{stopped_job_log}:")
+
+
+def test_train_keeps_the_rhythms_and_replay_starts_from_them(tmp_path: Path) -> None:
+    """`train` saves each source's rhythm with the model; `replay --model` of a later log
+    where the job runs once and stops names it, and without the saved rhythms it cannot."""
+    baseline = [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)]
+    trained = train(
+        [Stream("web-1", baseline)], TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
+    )
+    assert trained.meta["quiet_baseline"]["web-1 cron"]["gaps"] >= MIN_SAMPLES
+    log = tmp_path / "later.log"
+    log.write_text("".join(line(t, source) + "\n" for t, source in after_restart(1, START + 86_400)))
+
+    def quiet_sources(model: Path) -> list[str]:
+        options = ReplayOptions(input=log, model=model)
+        report = run_replay(options, load_replay_input(options))
+        return [q["template"] for q in report.summary()["quiet_sources"]]
+
+    save(trained, tmp_path / "model")
+    assert quiet_sources(tmp_path / "model") == ["quiet source: web-1 cron"]
+    meta = json.loads((tmp_path / "model" / META_FILE).read_text())
+    del meta["quiet_baseline"]
+    (tmp_path / "model" / META_FILE).write_text(json.dumps(meta))
+    assert quiet_sources(tmp_path / "model") == []
