@@ -34,3 +34,13 @@ def rhythm(seed: int, start: float, stop: float, cron: bool = True) -> list[tupl
 def stopped_job() -> list[tuple[float, str]]:
     """The cron job stops after 2.5 h (30 runs) while the app logs 1 h more."""
     return sorted(rhythm(1, START, START + 9000) + rhythm(2, START + 9000, START + 12_600, cron=False))
+
+
+def after_restart(seed: int, start: float) -> list[tuple[float, str]]:
+    """From `start`: the cron job runs once, then stops; the app logs for 2 h."""
+    return sorted(rhythm(seed, start, start + 300) + rhythm(seed + 1, start + 300, start + 7200, cron=False))
+
+
+def baseline_lines() -> list[str]:
+    """3 h of both sources as they run normally: a model's training lines."""
+    return [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)]

@@ -36,11 +36,13 @@ from kafka_broker import (
     produce,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from quiet_support import START, after_restart, baseline_lines, stopped_job
 from quiet_support import line as quiet_line
-from quiet_support import stopped_job
 
 from logstream.inputs import parse_lines
+from logstream.records import Stream
 from logstream.synth import STREAM_KEY, generate_lines
+from logstream.train import TrainConfig, save, train
 
 pytestmark = pytest.mark.kafka
 WAIT_S = 120.0  # bound on every wait below (model load + scoring on a busy 2-core machine)
@@ -500,6 +502,26 @@ def test_a_source_that_stops_logging_alerts_once(
     assert off.terminate() == 0
     assert len(off.audited()) == len(messages)
     assert [a for a in read_jsonl(off.sink) if a["kind"] == "quiet"] == []
+
+
+def test_a_fresh_serve_judges_sources_by_the_models_rhythms(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """A serve that just started (a deploy, a rebalance) has no gaps of its own: with a model
+    trained on the host's logs, the cron job that runs once after the start and then stops is
+    named, by the rhythm `train` kept with the model."""
+    model = tmp_path / "model"
+    config = TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
+    save(train([Stream("web-1", baseline_lines())], config), model)
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = [(b"web-1", quiet_line(t, source).encode()) for t, source in after_restart(1, START + 86_400)]
+    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(tmp_path, kafka_broker, model, topic, group).start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
+    assert serve.terminate() == 0
+    quiet = [a for a in read_jsonl(serve.sink) if a["kind"] == "quiet"]
+    assert [(a["stream"], a["template"]) for a in quiet] == [("web-1", "quiet source: web-1 cron")]
 
 
 def test_model_max_streams_sets_the_engines_resident_streams(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from quiet_support import START, THRESHOLD, line, rhythm, stopped_job
+from quiet_support import START, THRESHOLD, after_restart, baseline_lines, line, rhythm, stopped_job
 
 from logstream.detector import Detector
 from logstream.live import TailOptions, run_tail
@@ -27,11 +27,6 @@ def watch_all(
 ) -> list:
     watch = watch or QuietWatch()
     return [q for t, source in events for q in watch.observe("web-1", line(t, source), THRESHOLD, baseline)]
-
-
-def after_restart(seed: int, start: float) -> list[tuple[float, str]]:
-    """From `start`: the cron job runs once, then stops; the app logs for 2 h."""
-    return sorted(rhythm(seed, start, start + 300) + rhythm(seed + 1, start + 300, start + 7200, cron=False))
 
 
 def test_source_of_reads_syslog_iso_and_prefixed_headers() -> None:
@@ -129,9 +124,7 @@ def test_a_new_watch_notices_a_stopped_job_from_its_baseline_rhythm() -> None:
     """A new watch (a restarted serve, a replay of a later log) has no gaps of its own: the
     job that runs once and stops is noticed only from the baseline's rhythms, within three of
     its periods, and said to be what the baseline saw; a regular day stays quiet."""
-    baseline = learn_baseline(
-        [Stream("web-1", [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)])]
-    )
+    baseline = learn_baseline([Stream("web-1", baseline_lines())])
     assert sorted(baseline) == ["web-1 app", "web-1 cron"]
     later = after_restart(1, START + 86_400)
     assert watch_all(later) == []
@@ -142,13 +135,25 @@ def test_a_new_watch_notices_a_stopped_job_from_its_baseline_rhythm() -> None:
     assert watch_all(rhythm(3, START + 86_400, START + 2 * 86_400), baseline=baseline) == []
 
 
+def test_a_source_in_several_baseline_streams_keeps_its_busiest_rhythm() -> None:
+    """`web-1 cron` in two baseline streams: the one with more gaps is kept; a source with
+    fewer than MIN_SAMPLES gaps is left out."""
+    long, short = rhythm(0, START, START + 3 * 3600), rhythm(1, START, START + 2 * 3600)
+    streams = [
+        Stream("short", [line(t, s) for t, s in short]),
+        Stream("long", [line(t, s) for t, s in long]),
+        Stream("once", [line(START, "web-2 cron"), line(START + 300, "web-2 cron")]),
+    ]
+    baseline = learn_baseline(streams)
+    assert sorted(baseline) == ["web-1 app", "web-1 cron"]
+    assert baseline["web-1 cron"].gaps == sum(s == "web-1 cron" for _, s in long) - 1
+
+
 def test_the_baseline_rhythm_gives_way_to_the_sources_own() -> None:
     """The job ran every 5 min in the baseline and now runs every minute: once it has
     MIN_SAMPLES gaps of its own, its own rhythm judges it, and a stop is noticed within
     minutes instead of at the baseline's limit."""
-    baseline = learn_baseline(
-        [Stream("web-1", [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)])]
-    )
+    baseline = learn_baseline([Stream("web-1", baseline_lines())])
     start = START + 86_400
     minutely = [(start + 60 * i, "web-1 cron") for i in range(MIN_SAMPLES + 10)]
     app = rhythm(4, start, start + 3 * 3600, cron=False)
