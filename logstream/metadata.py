@@ -48,8 +48,9 @@ MAX_SINK_TOKENS = 8192
 MAX_MASK_RULES = 256
 MAX_PATTERN_CHARS = 4096
 MAX_PROMPT_LINES = 4096
-# What building a Calibration (or a quiet source's rhythm) from a wrong shape of JSON raises: a missing inner field
-# (KeyError), a wrong type (TypeError, AttributeError: `None.items()`), a bad value (ValueError).
+# What building a Calibration (or a quiet source's rhythm) from a wrong shape of JSON raises: a
+# missing inner field (KeyError), a wrong type (TypeError, AttributeError: `None.items()`), a bad
+# value (ValueError).
 CALIBRATION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 

@@ -323,11 +323,11 @@ class QuietWatch:
                 self._due.pop(stream, None)
 
 
-def learn_baseline(streams: Iterable[Stream], max_sources: int = MAX_SOURCES) -> dict[str, BaselineRhythm]:
+def learn_baseline(streams: Iterable[Stream]) -> dict[str, BaselineRhythm]:
     """Each source's rhythm in baseline `streams` (its lines in order per stream), for the
     sources with at least MIN_SAMPLES gaps; a source in several streams keeps the stream
     where it has the most gaps."""
-    watch = QuietWatch(max_sources=max_sources)
+    watch = QuietWatch()
     for stream in streams:
         for line in stream.lines:
             watch.observe(stream.name, line, None)
