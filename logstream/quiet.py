@@ -103,12 +103,18 @@ class QuietSource:
     usual_gap: float  # median of its kept gaps, s
     longest_gap: float  # the longest kept gap, s
     gaps: int  # how many gaps its fit has
+    from_baseline: bool = False  # its fit is its rhythm in the model's training lines
 
     def describe(self) -> str:
+        where = (
+            f"{self.gaps} gaps of the model's training lines"
+            if self.from_baseline
+            else f"its last {self.gaps} gaps"
+        )
         return (
             f"<quiet source: {self.source} has not logged for {_span(self.noticed_at - self.last_seen)}; "
             f"it logged every {_span(self.usual_gap)} (median), at most {_span(self.longest_gap)} "
-            f"apart in its last {self.gaps} gaps>"
+            f"apart in {where}>"
         )
 
 
@@ -298,6 +304,7 @@ class QuietWatch:
                     usual_gap=usual_gap,
                     longest_gap=longest_gap,
                     gaps=gaps,
+                    from_baseline=rhythm.seed is not None,
                 )
             )
         return out

@@ -132,6 +132,7 @@ def test_a_new_watch_notices_a_stopped_job_from_its_baseline_rhythm() -> None:
     assert [q.source for q in quiet] == ["web-1 cron"]
     assert 330 < quiet[0].noticed_at - quiet[0].last_seen < 900
     assert quiet[0].gaps == baseline["web-1 cron"].gaps
+    assert "gaps of the model's training lines" in quiet[0].describe()
     assert watch_all(rhythm(3, START + 86_400, START + 2 * 86_400), baseline=baseline) == []
 
 
@@ -161,6 +162,7 @@ def test_the_baseline_rhythm_gives_way_to_the_sources_own() -> None:
     assert [q.source for q in quiet] == ["web-1 cron"]
     assert quiet[0].noticed_at - quiet[0].last_seen < 180
     assert quiet[0].gaps == MIN_SAMPLES + 9  # its own gaps, not the baseline's
+    assert f"in its last {MIN_SAMPLES + 9} gaps" in quiet[0].describe()
 
 
 @pytest.fixture(scope="module")
