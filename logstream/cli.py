@@ -302,6 +302,7 @@ def train_summary(out: Path, meta: dict) -> str:
         + (f" and {calibration['heldout_sessions']} sessions" if calibration["heldout_sessions"] else "")
         + f"; alerts above score {-math.log10(rate):.2f} (false-alarm rate {rate:g})"
         + f"; data {meta['data_sha256'][:12]}"
+        + (f"; rhythms of {len(meta['quiet_baseline'])} sources kept" if meta.get("quiet_baseline") else "")
         + (
             f"; pattern prompt rebuilt from {meta['new_lines']} new lines on the weights of {meta['parent']}"
             if meta.get("prompt_refreshed")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from quiet_support import START, THRESHOLD, after_restart, baseline_lines, line, rhythm, stopped_job
 
+from logstream.cli import train_summary
 from logstream.detector import Detector
 from logstream.live import TailOptions, run_tail
 from logstream.model import META_FILE
@@ -240,6 +241,7 @@ def test_train_keeps_the_rhythms_and_replay_starts_from_them(tmp_path: Path) -> 
         [Stream("web-1", baseline)], TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
     )
     assert trained.meta["quiet_baseline"]["web-1 cron"]["gaps"] >= MIN_SAMPLES
+    assert "; rhythms of 2 sources kept" in train_summary(tmp_path / "model", trained.meta)
     log = tmp_path / "later.log"
     log.write_text("".join(line(t, source) + "\n" for t, source in after_restart(1, START + 86_400)))
 
