@@ -38,6 +38,7 @@ from logstream.feedback import FeedbackStore, latest_verdicts
 from logstream.model import ModelDirError, load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
+from logstream.quiet import learn_baseline
 from logstream.scoring import Calibration
 from logstream.train import Stream, TrainConfig, Trained, calibrate, data_sha256, heldout_split, train
 
@@ -185,7 +186,8 @@ def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> T
     """`model_dir`'s weights with the pattern prompt rebuilt from `new`'s most common
     templates (within the same sink budget) and calibrated again on `new`'s held-out lines
     with the model's own scoring config: the sinks change what every line is scored
-    against, so the old tails no longer hold. The model knows the old and new templates."""
+    against, so the old tails no longer hold. The model knows the old and new templates;
+    its sources' rhythms (the quiet watch's baseline) are `new`'s."""
     model, tokenizer, meta = load_model_dir(model_dir)
     streams, heldout = heldout_split([s for s in new if s.lines], config)
     normalizer = Normalizer.from_json(meta["mask_rules"])
@@ -203,6 +205,7 @@ def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> T
         "feedback_lines": 0,
         "replayed_lines": 0,
         "heldout_lines": len(baseline) - len(masked),
+        "quiet_baseline": {source: r.to_json() for source, r in learn_baseline(new).items()},
     }
     detector = Detector(model, tokenizer, meta, device="cpu")
     scoring = Calibration.from_json(meta["calibration"]).config

@@ -19,6 +19,7 @@ from logstream.quiet import MIN_QUIET_SECONDS, Baseline, QuietWatch, learn_basel
 from logstream.records import Stream
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
 from logstream.report import write_report
+from logstream.retrain import refresh_prompt
 from logstream.tail import MIN_SAMPLES
 from logstream.train import TrainConfig, save, train
 
@@ -235,7 +236,9 @@ def test_tail_prints_the_quiet_source(stopped_job_log: Path, synthetic_model_dir
 
 def test_train_keeps_the_rhythms_and_replay_starts_from_them(tmp_path: Path) -> None:
     """`train` saves each source's rhythm with the model; `replay --model` of a later log
-    where the job runs once and stops names it, and without the saved rhythms it cannot."""
+    where the job runs once and stops names it, and without the saved rhythms it cannot. A
+    version whose prompt is rebuilt from new data (`train --from M --prompt-only`) keeps the
+    new data's rhythms."""
     baseline = [line(t, source) for t, source in rhythm(0, START, START + 3 * 3600)]
     trained = train(
         [Stream("web-1", baseline)], TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
@@ -252,6 +255,10 @@ def test_train_keeps_the_rhythms_and_replay_starts_from_them(tmp_path: Path) -> 
 
     save(trained, tmp_path / "model")
     assert quiet_sources(tmp_path / "model") == ["quiet source: web-1 cron"]
+    # the job ran once in the new data: no rhythm of it there
+    later = [line(t, source) for t, source in after_restart(1, START + 86_400)]
+    refreshed = refresh_prompt(tmp_path / "model", [Stream("web-1", later)], TrainConfig())
+    assert sorted(refreshed.meta["quiet_baseline"]) == ["web-1 app"]
     meta = json.loads((tmp_path / "model" / META_FILE).read_text())
     del meta["quiet_baseline"]
     (tmp_path / "model" / META_FILE).write_text(json.dumps(meta))
