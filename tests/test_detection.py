@@ -53,12 +53,14 @@ def test_incidents_rank_above_normal_lines(scored: tuple[SyntheticLog, list[Scor
 def test_int8_ring_flags_the_same_lines(
     synthetic_model_dir: Path, scored: tuple[SyntheticLog, list[ScoredLine]]
 ) -> None:
-    """An int8 ring (1/4 of the memory) keeps every line on its side of the threshold here
-    (issue 14's target: at most 1% may change side), with the fp32 calibration as saved."""
+    """An int8 ring (1/4 of the memory) keeps the lines on their side of the threshold (issue
+    14's target: at most 1% may change side), with the fp32 calibration as saved, and moves no
+    line's evidence by 0.1 nats. (Not its score: the online tail refits on the unflagged lines,
+    so one line that changes side moves later scores by more than the ring does.)"""
     log, lines = scored
     detector = Detector.load(synthetic_model_dir, device="cpu", false_alarm_rate=5e-3, int8_ring=True)
     assert detector.engine.ring_k.dtype == torch.int8
     quantized = detector.score(parse_lines(log.lines, STREAM_KEY))
     changed = sum(a.is_anomaly != b.is_anomaly for a, b in zip(lines, quantized, strict=True))
     assert changed <= 0.01 * len(lines), f"{changed} of {len(lines)} lines changed side"
-    assert max(abs(a.score - b.score) for a, b in zip(lines, quantized, strict=True)) < 0.1
+    assert max(abs(a.raw - b.raw) for a, b in zip(lines, quantized, strict=True)) < 0.1
