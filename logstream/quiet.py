@@ -178,6 +178,10 @@ class _Rhythm:
         gaps = sorted(self.gaps)
         return gaps[len(gaps) // 2], gaps[-1], len(gaps)
 
+    def fitted(self) -> tuple[TailFit, TailFit]:
+        """Fits of its own gaps, in time and in ticks."""
+        return fit_tail(np.asarray(self.gaps)), fit_tail(np.asarray(self.tick_gaps))
+
     def judge(self, threshold: float) -> None:
         """Set the deadline and tick limit: its last line plus the gaps its fits allow at `threshold`."""
         if self.fit is None or self.tick_fit is None:
@@ -268,10 +272,7 @@ class QuietWatch:
         rhythm.last, rhythm.last_tick, rhythm.alerted = now, ticks, False
         due = rhythm.fit is None or rhythm.seed is not None or rhythm.new_gaps >= REFIT_EVERY
         if refit and due and len(rhythm.gaps) >= MIN_SAMPLES:
-            rhythm.fit, rhythm.tick_fit = (
-                fit_tail(np.asarray(rhythm.gaps)),
-                fit_tail(np.asarray(rhythm.tick_gaps)),
-            )
+            rhythm.fit, rhythm.tick_fit = rhythm.fitted()
             rhythm.new_gaps, rhythm.limits_for, rhythm.seed = 0, math.nan, None  # its own fits: new limits
 
     def _quiet(self, stream: str, clock: float, ticks: int, threshold: float) -> list[QuietSource]:
@@ -344,17 +345,7 @@ def learn_baseline(streams: Iterable[Stream]) -> dict[str, BaselineRhythm]:
             source not in best or len(rhythm.gaps) > len(best[source].gaps)
         ):
             best[source] = rhythm
-    out = {}
-    for source, rhythm in best.items():
-        gaps = sorted(rhythm.gaps)
-        out[source] = BaselineRhythm(
-            fit=fit_tail(np.asarray(rhythm.gaps)),
-            tick_fit=fit_tail(np.asarray(rhythm.tick_gaps)),
-            usual_gap=gaps[len(gaps) // 2],
-            longest_gap=gaps[-1],
-            gaps=len(gaps),
-        )
-    return out
+    return {source: BaselineRhythm(*rhythm.fitted(), *rhythm.summary()) for source, rhythm in best.items()}
 
 
 def _span(seconds: float) -> str:
