@@ -9,6 +9,8 @@ every stream's ring with its earlier lines (untimed: the steady state of a long-
 stream), then scores `--lines` more lines in batches of 1,024 lines as replay does, once per
 lever and repetition, interleaved, best time kept (the machine is shared: compare within a
 run). Each lever's token NLLs are compared with the first lever's (`drift`).
+`--merge-across-words` trains the tokenizer with merges across spaces (a common line is one
+token): compare its lines/s with a run without it.
 
 Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
 default), bigger or smaller chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
@@ -167,6 +169,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, of {list(LEVERS)}")
     parser.add_argument("--roofline-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces (fewer tokens)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     roof: Roofline = measure(args.roofline_seconds)
@@ -175,13 +180,24 @@ def main() -> None:
     baseline = generate_lines(2000, seed=1, web_hosts=args.hosts)
     trained = train(
         streams_from_lines(baseline.lines, STREAM_KEY),
-        TrainConfig(preset=args.preset, window=args.window, fit_window=False, max_steps=20, batch_size=4),
+        TrainConfig(
+            preset=args.preset,
+            window=args.window,
+            fit_window=False,
+            max_steps=20,
+            batch_size=4,
+            merge_across_words=args.merge_across_words,
+        ),
     )
     meta, tokenizer = trained.meta, trained.tokenizer
     detector = Detector(trained.model, tokenizer, meta, device="cpu", max_streams=64)
     sink_ids = prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"])
-    # enough earlier lines that every stream's ring is full, then the timed lines
-    per_stream_lines = -(-args.window // 15)
+    # enough earlier lines that every stream's ring is full (however few tokens a line
+    # has), then the timed lines
+    fewest_tokens = min(
+        map(len, tokenizer.encode_lines([detector.normalizer.mask(x) for x in baseline.lines]))
+    )
+    per_stream_lines = -(-args.window // fewest_tokens)
     log = generate_lines(args.lines + per_stream_lines * (args.hosts + 8), seed=2, web_hosts=args.hosts)
     records = parse_lines(log.lines, STREAM_KEY)
     ids = tokenizer.encode_lines([detector.normalizer.mask(r.line) for r in records])

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/hdfs_quality.py [--preset small] [--window 2048] [--out runs/hdfs]
     .venv/bin/python benchmarks/hdfs_quality.py --contaminated --out runs/hdfs-contaminated
     .venv/bin/python benchmarks/hdfs_quality.py --seed 1 --out runs/hdfs-seed1   # another training seed
+    .venv/bin/python benchmarks/hdfs_quality.py --merge-across-words --out runs/hdfs-lines  # a line = 1 token
 
 `--contaminated` trains (and calibrates) on *all* training sessions, 4% of them anomalous,
 as a user whose baseline holds incidents would: the robust training and tail fit must
@@ -55,6 +56,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/hdfs"))
     parser.add_argument("--contaminated", action="store_true", help="train on all sessions, not only normal")
     parser.add_argument("--seed", type=int, default=0, help="training seed (give each its own --out)")
+    parser.add_argument(
+        "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces"
+    )
     args = parser.parse_args()
 
     sessions = read_sessions(args.data, InputStats())
@@ -70,8 +74,9 @@ def main() -> None:
     started = time.time()
     baseline = streams_from_sessions([s for s in train_sessions if args.contaminated or s.label == 0])
     config = TrainConfig(
-        preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed
-    )
+        preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
+        merge_across_words=args.merge_across_words,
+    )  # fmt: skip
     if not (model_dir / "logstream.json").is_file():
         save(train(baseline, config, progress=print_progress), model_dir)
     train_seconds = time.time() - started

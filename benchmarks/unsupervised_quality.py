@@ -229,7 +229,7 @@ def peers(lines: list[str], labels: np.ndarray) -> dict[str, dict]:
     }
 
 
-def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
+def other_logs(data_dir: Path, out: Path, config: TrainConfig) -> dict[str, dict]:
     """Alerts per 1,000 lines, per chunk, on each loghub sample that is not a dev set."""
     dev_files = {dev.file for dev in DEV_SETS}
     results = {}
@@ -239,7 +239,7 @@ def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         dev = DevSet(path.name.removesuffix("_2k.log").lower(), path.name, seed=None)
         lines, labels, _ = load_set(dev, data_dir)
         data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        options = ReplayOptions(input=path, auto_train="all", train_config=TrainConfig(seed=seed))
+        options = ReplayOptions(input=path, auto_train="all", train_config=config)
         parts = cached_parts(options, data, out / dev.name)
         row = {}
         for rate in (1e-3, DEFAULT_FALSE_ALARM_RATE):
@@ -253,7 +253,7 @@ def other_logs(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
 BURST_AT = (0.3, 0.75)  # where the burst goes: in the first chunk (trained on), in the second
 
 
-def bursts(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
+def bursts(data_dir: Path, out: Path, config: TrainConfig) -> dict[str, dict]:
     """One 30-line disk-error burst (`incidents.inject_burst`) in each dev log, early (inside
     the first chunk, which its model trains on) or late (in the second): burst lines that
     alert, and other alerts per 1,000 lines, with every default."""
@@ -265,9 +265,7 @@ def bursts(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         for at in BURST_AT:
             log = inject_burst(lines, after=int(len(lines) * at))
             data = ReplayInput(parse_lines(log.lines), log.labels, InputStats(), None)
-            options = ReplayOptions(
-                input=Path(dev.file), auto_train="all", train_config=TrainConfig(seed=seed)
-            )
+            options = ReplayOptions(input=Path(dev.file), auto_train="all", train_config=config)
             parts = cached_parts(options, data, out / f"{dev.name}-burst-{at}")
             columns = score_parts(options, data, parts).columns
             flagged, labels = columns.flagged() > 0, np.array(log.labels)[columns.numpy("index")]
@@ -301,7 +299,7 @@ def unseen_tokens(token_nll: list[np.ndarray], labels: list[int], vocab_size: in
     }
 
 
-def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
+def halves(data_dir: Path, out: Path, config: TrainConfig) -> dict[str, dict]:
     """Train on each dev log's first half with every default; score its second half with
     incidents injected at each of HALVES_SEEDS by a fresh copy of that model."""
     results: dict[str, dict] = {}
@@ -312,7 +310,7 @@ def halves(data_dir: Path, out: Path, seed: int) -> dict[str, dict]:
         half = len(lines) // 2
         model_dir = out / f"{dev.name}-first-half"
         if not (model_dir / "logstream.json").is_file():
-            trained = train(streams_from_lines(lines[:half]), TrainConfig(seed=seed))
+            trained = train(streams_from_lines(lines[:half]), config)
             save_model_dir(model_dir, trained.model, trained.tokenizer, trained.meta)
         model, tokenizer, meta = load_model_dir(model_dir)
         scores, flagged, labels, kinds, token_nll = [], [], [], [], []
@@ -438,19 +436,23 @@ def main() -> None:
         "--halves", action="store_true", help="train on each dev log's first half, score its second instead"
     )
     parser.add_argument("--quiet", action="store_true", help="sources that stop logging instead (no model)")
+    parser.add_argument(
+        "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces"
+    )
     args = parser.parse_args()
+    config = TrainConfig(seed=args.seed, merge_across_words=args.merge_across_words)
 
     if args.quiet:
         print(json.dumps(quiet(args.data)))
         return
     if args.other_logs:
-        print(json.dumps(other_logs(args.data, args.out, args.seed)))
+        print(json.dumps(other_logs(args.data, args.out, config)))
         return
     if args.bursts:
-        print(json.dumps(bursts(args.data, args.out, args.seed)))
+        print(json.dumps(bursts(args.data, args.out, config)))
         return
     if args.halves:
-        print(json.dumps(halves(args.data, args.out, args.seed)))
+        print(json.dumps(halves(args.data, args.out, config)))
         return
     results: dict[str, dict] = {}
     for dev in DEV_SETS:
@@ -460,9 +462,7 @@ def main() -> None:
         print(f"{dev.name}:", flush=True)
         lines, labels, kinds = load_set(dev, args.data)
         data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        options = ReplayOptions(
-            input=Path(dev.file), auto_train="all", train_config=TrainConfig(seed=args.seed)
-        )
+        options = ReplayOptions(input=Path(dev.file), auto_train="all", train_config=config)
         parts = cached_parts(options, data, args.out / dev.name)
         table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
         results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}

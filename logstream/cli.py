@@ -116,6 +116,13 @@ WindowOpt = Annotated[
         "too small to fill it 64 times.",
     ),
 ]
+MergeAcrossWordsOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Let the tokenizer's merges cross spaces: a common line becomes one token, several times "
+        "faster, at a cost in quality on raw logs (docs/benchmarks.md, Tokens per line).",
+    ),
+]
 SeedOpt = Annotated[int, typer.Option(help="Random seed for training.")]
 EpochsOpt = Annotated[
     float, typer.Option(min=0.1, help="Passes over the training data (capped by --max-steps).")
@@ -155,7 +162,7 @@ FormatOpt = Annotated[
 def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
     line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
-    stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT,
+    stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT, merge_across_words: bool = False,
 ) -> TrainConfig:  # fmt: skip
     from logstream.scoring import ScoringConfig
     from logstream.train import TrainConfig
@@ -170,7 +177,7 @@ def _train_config(
     return TrainConfig(
         preset=preset, window=window or TrainConfig.window, fit_window=window is None, seed=seed,
         epochs=epochs, min_steps=min(min_steps, max_steps), max_steps=max_steps, scoring=scoring,
-        stream_key=stream_key,
+        stream_key=stream_key, merge_across_words=merge_across_words,
     )  # fmt: skip
 
 
@@ -203,6 +210,7 @@ def train_command(
     epochs: EpochsOpt = 2.0,
     min_steps: MinStepsOpt = 200,
     max_steps: StepsOpt = 2000,
+    merge_across_words: MergeAcrossWordsOpt = False,
     stream_key: StreamKeyOpt = None,
     false_alarm_rate: RateOpt = None,
     line_top_k: Annotated[
@@ -255,7 +263,7 @@ def train_command(
         raise fail("--prompt-only needs --from MODEL and no --feedback (it changes no weights)")
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
-        stream_key if format is Format.lines else None, line_unit.value,
+        stream_key if format is Format.lines else None, line_unit.value, merge_across_words,
     )  # fmt: skip
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
@@ -445,6 +453,7 @@ def replay_command(
     epochs: EpochsOpt = 2.0,
     min_steps: MinStepsOpt = 200,
     max_steps: StepsOpt = 2000,
+    merge_across_words: MergeAcrossWordsOpt = False,
     false_alarm_rate: RateOpt = None,
     threshold: ThresholdOpt = None,
     quiet_sources: QuietSourcesOpt = True,
@@ -472,7 +481,7 @@ def replay_command(
         auto_train=auto_train.value,
         train_config=_train_config(
             preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate,
-            stream_key=stream_key,
+            stream_key=stream_key, merge_across_words=merge_across_words,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
         quiet_sources=quiet_sources,

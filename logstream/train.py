@@ -80,6 +80,7 @@ class TrainConfig:
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
+    merge_across_words: bool = False  # BPE merges may cross spaces: fewer tokens a line (tokenizer.py)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     stream_key: str | None = None  # the regex that named the baseline's streams; saved with the model
 
@@ -361,7 +362,9 @@ def train(
     baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
     if start_from is None:
         preset = choose_preset(config.preset, total)
-        tokenizer = LineTokenizer(train_tokenizer(masked, PRESETS[preset].vocab_size))
+        tokenizer = LineTokenizer(
+            train_tokenizer(masked, PRESETS[preset].vocab_size, config.merge_across_words)
+        )
         miner = mine(masked)
         prompt = pattern_prompt(miner.templates(), config.prompt_templates)
         tokens = sum(map(len, tokenizer.encode_lines(masked)))
