@@ -6,7 +6,7 @@
 Trains a model briefly on synthetic lines (speed does not depend on how well it is trained;
 the drift column does a little), tokenizes a synthetic log with `--hosts` web hosts, fills
 every stream's ring with its earlier lines (untimed: the steady state of a long-running
-stream), then scores `--lines` more lines in batches of 1,024 lines as replay does, once per
+stream), then scores `--lines` more lines in replay's batches (`LINE_BATCH`), once per
 lever and repetition, interleaved, best time kept (the machine is shared: compare within a
 run). Each lever's token NLLs are compared with the first lever's (`drift`).
 `--merge-across-words` trains the tokenizer with merges across spaces (a common line is one
@@ -41,11 +41,11 @@ from logstream.engine import StepFn, StreamingEngine
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
 from logstream.records import LogRecord
+from logstream.replay import LINE_BATCH
 from logstream.synth import STREAM_KEY, generate_lines
 from logstream.tokenizer import prompt_ids
 from logstream.train import TrainConfig, train
 
-BATCH_LINES = 1024  # as replay does
 Batch = dict[str, list[list[int]]]
 
 
@@ -146,12 +146,12 @@ def drift(got: dict[str, list[np.ndarray]], want: dict[str, list[np.ndarray]]) -
 
 
 def by_stream(records: list[LogRecord], ids: list[list[int]]) -> list[Batch]:
-    """Batches of BATCH_LINES records, grouped by stream in order (as Detector.score does)."""
+    """Batches of LINE_BATCH records, grouped by stream in order (as Detector.score does)."""
     batches = []
-    for start in range(0, len(records), BATCH_LINES):
+    for start in range(0, len(records), LINE_BATCH):
         batch: Batch = defaultdict(list)
         for record, line in zip(
-            records[start : start + BATCH_LINES], ids[start : start + BATCH_LINES], strict=True
+            records[start : start + LINE_BATCH], ids[start : start + LINE_BATCH], strict=True
         ):
             batch[record.stream].append(line)
         batches.append(dict(batch))
@@ -264,8 +264,8 @@ def main() -> None:
             detector.engine.score({stream: lines})
         timed = detector.engine.step_fn = Timed(detector.engine.device_step)
         started = time.perf_counter()
-        for start in range(split, len(records), BATCH_LINES):
-            detector.score(records[start : start + BATCH_LINES])
+        for start in range(split, len(records), LINE_BATCH):
+            detector.score(records[start : start + LINE_BATCH])
         elapsed = time.perf_counter() - started
         if elapsed < seconds:
             seconds, step_seconds = elapsed, timed.seconds

@@ -68,7 +68,9 @@ from logstream.train import TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
 MIN_FIRST_CHUNK = 1000
-LINE_BATCH = 1024  # lines per detector call (lines format)
+# lines per detector call (lines format); this many that each stream's lines fill more of the
+# engine's 256-token steps when a line is a token or two (docs/benchmarks.md, "Tokens per line")
+LINE_BATCH = 4096
 SESSION_BATCH = 64  # sessions per detector call (sessions format)
 END_OF_SESSION = "<end of stream>"  # a session unit's text when its end scored worst (Detector.close)
 T = TypeVar("T")
