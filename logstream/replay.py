@@ -68,8 +68,8 @@ from logstream.train import TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
 MIN_FIRST_CHUNK = 1000
-# lines per detector call (lines format); this many that each stream's lines fill more of the
-# engine's 256-token steps when a line is a token or two (docs/benchmarks.md, "Tokens per line")
+# lines per detector call (lines format): enough that each stream's lines fill the engine's
+# 256-token steps even when a line is a token or two (docs/benchmarks.md, "Tokens per line")
 LINE_BATCH = 4096
 SESSION_BATCH = 64  # sessions per detector call (sessions format)
 END_OF_SESSION = "<end of stream>"  # a session unit's text when its end scored worst (Detector.close)

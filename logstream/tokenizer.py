@@ -9,7 +9,7 @@ digits or other characters with its leading space), so a known word is one token
 unseen one several rare pieces. With `merge_across_words` the whole line is one pre-token
 and merges may cross spaces: a masked line the baseline repeats often becomes a single
 token (HDFS: 10.3 -> 1.0 tokens a line), so the model predicts whole templates and the
-engine does 5-10x fewer steps per line (docs/benchmarks.md, "Tokens per line").
+engine does several times fewer steps per line (docs/benchmarks.md, "Tokens per line").
 """
 
 from __future__ import annotations
