@@ -89,8 +89,8 @@ def line_surprisal(
     """Mean NLL of the `top_k` most surprising tokens (0: all of them), nats; with `word_starts`
     (which tokens begin a word, `LineTokenizer.word_starts`) each word counts once, by its most
     surprising token, so an unseen word that BPE cut into five rare pieces fills one place."""
-    if not len(token_nll):
-        return 0.0
+    if len(token_nll) <= 1:  # none, or a whole line as one token (merges across words)
+        return float(token_nll[0]) if len(token_nll) else 0.0
     units = token_nll  # [tokens] or, per word, its most surprising token: [words]
     if word_starts is not None:
         units = np.maximum.reduceat(token_nll, np.flatnonzero(word_starts))

@@ -67,6 +67,8 @@ class LineTokenizer:
         letters, of digits or of other characters, with its leading space), the unit that
         BPE merges never cross by default. An unseen word is cut into several rare pieces.
         With `merge_across_words` a token may hold several words; it counts as one."""
+        if len(ids) == 1:  # a whole line as one token (merges across words): skip numpy's overhead
+            return np.ones(1, dtype=bool)
         ids_ = np.asarray(ids)
         starts = self._leading_space[ids_]
         class_change = self._first_class[ids_[1:]] != self._last_class[ids_[:-1]]

@@ -55,6 +55,8 @@ def test_top_k_of_words_takes_each_word_once() -> None:
     assert line_surprisal(nll, 3, starts) == pytest.approx((12.0 + 2.0 + 1.0) / 3)
     assert line_surprisal(nll, 0, starts) == pytest.approx((12.0 + 1.0 + 2.0 + 0.5) / 4)
     assert line_surprisal(np.array([]), 3, np.array([], dtype=bool)) == 0.0
+    one = np.array([7.123456789], dtype=np.float32)  # a whole line as one token: its own NLL, exactly
+    assert line_surprisal(one, 3, np.array([True])) == line_surprisal(one, 0) == float(one[0])
     assert surprising_tokens(nll) == ((0, 12.0), (1, 11.0), (2, 10.0))  # explanations: tokens
 
 
