@@ -21,6 +21,7 @@ from logstream.tokenizer import LineTokenizer, train_tokenizer
 NORMALIZER = Normalizer()
 BASELINE = [NORMALIZER.mask(line) for line in generate_lines(1500, seed=3).lines]
 OOM = NORMALIZER.mask("kernel: Out of memory: Kill process 812 (java) score 901 or sacrifice child")
+COMMON, _ = Counter(BASELINE).most_common(1)[0]  # the baseline's most common masked line
 
 
 def tokenizers() -> tuple[LineTokenizer, LineTokenizer]:
@@ -35,9 +36,8 @@ def test_merges_across_words_make_the_common_lines_single_tokens() -> None:
     included) where word merges need one a word; unseen text still encodes, in more pieces,
     and every line decodes back to itself."""
     words, lines = tokenizers()
-    common, _ = Counter(BASELINE).most_common(1)[0]
-    assert len(lines.encode_lines([common])[0]) == 1
-    assert len(words.encode_lines([common])[0]) >= len(common.split())
+    assert len(lines.encode_lines([COMMON])[0]) == 1
+    assert len(words.encode_lines([COMMON])[0]) >= len(COMMON.split())
     later = [NORMALIZER.mask(line) for line in generate_lines(500, seed=4).lines]
     per_line = [np.mean([len(ids) for ids in t.encode_lines(later)]) for t in (words, lines)]
     assert per_line[1] < per_line[0] / 3, per_line
@@ -51,18 +51,18 @@ def test_a_token_of_several_words_is_one_word_of_the_line_score() -> None:
     so a one-token line is one word, and an unseen line, cut into small pieces, has the
     words it has under word merges."""
     words, lines = tokenizers()
-    common, _ = Counter(BASELINE).most_common(1)[0]
-    assert lines.word_starts(lines.encode_lines([common])[0]).tolist() == [True]
+    assert lines.word_starts(lines.encode_lines([COMMON])[0]).tolist() == [True]
     unseen = [t.word_starts(t.encode_lines([OOM])[0]) for t in (words, lines)]
     assert unseen[1].sum() == unseen[0].sum() > 10
 
 
 def test_train_merge_across_words_saves_a_model_that_scores_the_same_when_loaded(tmp_path: Path) -> None:
     """`logstream train --merge-across-words`: the saved tokenizer keeps its merges across
-    words (a common line is one token after loading) and the config says so; the loaded
-    model scores like the trained one."""
+    words (a common line is one token after loading) and the config says so; two loads of
+    the model score alike, with finite scores."""
+    baseline_lines = generate_lines(800, seed=11).lines
     baseline = tmp_path / "baseline.log"
-    baseline.write_text("\n".join(generate_lines(800, seed=11).lines) + "\n")
+    baseline.write_text("\n".join(baseline_lines) + "\n")
     out = tmp_path / "model"
     result = subprocess.run(
         [sys.executable, "-m", "logstream.cli", "train", str(baseline), "--out", str(out), "--preset", "tiny",
@@ -74,9 +74,7 @@ def test_train_merge_across_words_saves_a_model_that_scores_the_same_when_loaded
     assert meta["train_config"]["merge_across_words"] is True
     assert meta["train_tokens"] < 4 * meta["train_lines"]  # words take ~20 tokens a line
     model, tokenizer, meta = load_model_dir(out)
-    common, _ = Counter(NORMALIZER.mask(line) for line in generate_lines(800, seed=11).lines).most_common(1)[
-        0
-    ]
+    common, _ = Counter(NORMALIZER.mask(line) for line in baseline_lines).most_common(1)[0]
     assert len(tokenizer.encode_lines([common])[0]) == 1
     records = [LogRecord(line=line, stream="web") for line in generate_lines(200, seed=12).lines]
     first = Detector(model, tokenizer, meta).score(records)
