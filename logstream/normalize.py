@@ -34,6 +34,7 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
         "timestamp",
         r"(?=[\dMTWFSJAOND])"  # every branch starts with one of these
         r"(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+        r"|\b\d{4}-\d{2}-\d{2}-\d{2}\.\d{2}\.\d{2}(?:\.\d+)?"  # 2005-06-03-15.42.50.675872 (IBM, BGL)
         r"|\b\d{2}/\d{2}/\d{2,4}[ :]\d{2}:\d{2}:\d{2}"
         r"|\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
         r" +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"
@@ -50,6 +51,14 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
         "syslog_host",
         r"(?:(?<=<TS> )|(?<=<DATE> ))(?!(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|SEVERE|"
         r"CRITICAL|CRIT|FATAL|PANIC|EMERG|ALERT)\b)\w[\w.@-]*(?:/[\w.@-]+)?(?= )",
+        "<HOST>",
+    ),
+    # a hardware location code, which names one node of thousands (BlueGene/L's
+    # `R02-M1-N0-C:J12-U11`, rack-midplane-card:jack-unit): a letter and digits, then short
+    # upper-case segments after dashes
+    MaskRule(
+        "location",
+        r"(?=[A-Z]\d)\b[A-Z]\d{1,3}(?:-[A-Z][A-Z0-9]{0,2})+(?::[A-Z]\d{1,3}(?:-[A-Z][A-Z0-9]{0,2})*)?\b",
         "<HOST>",
     ),
     MaskRule(
@@ -76,7 +85,13 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
     # Spark's `Got assigned task 479` and `(TID 479)`): kept as a short integer, a baseline
     # of 4-digit ids made every 3-digit one a word never seen (docs/quality.md)
     MaskRule("named_id", r"(?:(?<=\b(?:TID|tid|PID|pid)[ =])|(?<=\btask ))\d+(?![\w.])", "<NUM>"),
-    MaskRule("number", r"(?=[-\d])(?:(?<![\w.])-?\d+\.\d+(?![\w.])|(?<![\w.])\d{4,}(?![\w.]))", "<NUM>"),
+    # a long integer alone, or after a name and a dot (a pid or a core file: `core.2275`,
+    # `QQ.10018`); never inside a dotted number (`2.6.5`, `10.0.0.1`)
+    MaskRule(
+        "number",
+        r"(?=[-\d])(?:(?<![\w.])-?\d+\.\d+(?![\w.])|(?:(?<![\w.])|(?<=[A-Za-z]\.))\d{4,}(?![\w.]))",
+        "<NUM>",
+    ),
 )
 
 # Literals without which a default rule cannot match (it needs one of them): `mask` skips the
@@ -84,7 +99,7 @@ DEFAULT_RULES: tuple[MaskRule, ...] = (
 # whose pattern a user edited (or a model saved with older patterns) always runs.
 _REQUIRED_LITERALS = {
     "mac": (":",),
-    "timestamp": (":",),
+    "timestamp": (":", "."),
     "date": (".", "-"),
     "syslog_host": ("<TS> ", "<DATE> "),
     "uuid": ("-",),
@@ -92,6 +107,7 @@ _REQUIRED_LITERALS = {
     "request_id": ("req-",),
     "hostname": (".",),
     "ipv4": (".",),
+    "location": ("-",),
     "path": ("/",),
     "named_id": ("TID", "tid", "PID", "pid", "task "),
 }

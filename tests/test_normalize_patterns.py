@@ -87,6 +87,34 @@ def test_masking_keeps_an_integer_that_is_not_named_an_id() -> None:
     assert normalizer.mask("sshd[812]: 5 tasks, task 4.0 done") == "sshd[812]: 5 tasks, task <NUM> done"
 
 
+def test_masking_a_bluegene_line_leaves_only_its_message() -> None:
+    """BlueGene/L's RAS log (loghub's BGL, no sample here): the IBM timestamp with its
+    microseconds, the node's location code and a core file's number are masked, so the same
+    message from another node at another time masks to the same text; a short number stays."""
+    normalizer = Normalizer()
+    message = "<NUM> <DATE> <HOST> <TS> <HOST> RAS KERNEL INFO generating core.<NUM>"
+    for line in (
+        "1117955341 2005.06.05 R33-M1-NF-C:J02-U01 2005-06-05-00.09.01.903951 R33-M1-NF-C:J02-U01 "
+        "RAS KERNEL INFO generating core.2275",
+        "1118769125 2005.06.14 R27-M1-L3-U18-C 2005-06-14-10.12.05.437461 R27-M1-L3-U18-C "
+        "RAS KERNEL INFO generating core.40213",
+    ):
+        assert normalizer.mask(line) == message
+    assert normalizer.mask("RAS KERNEL INFO generating core.13 on R27-M1-L3-U18-C") == (
+        "RAS KERNEL INFO generating core.13 on <HOST>"
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["UTF-8", "X11-Forwarding", "SHA256-RSA", "libc-2.3.4", "kernel 2.6.5", "10.0.0.1"]
+)
+def test_masking_keeps_words_that_look_like_a_location_or_a_dotted_number(text: str) -> None:
+    """The location rule needs a letter and digits, then upper-case segments; the number
+    after a dot needs a name before the dot."""
+    masked = Normalizer().mask(f"using {text} now")
+    assert "<HOST>" not in masked and "<NUM>" not in masked, masked
+
+
 def test_masking_rules_round_trip_through_json() -> None:
     """Rules saved in logstream.json load back into an identical normalizer."""
     normalizer = Normalizer()
@@ -100,7 +128,8 @@ def test_skipping_a_rule_on_a_line_without_its_literals_masks_the_same() -> None
     (and lines built to hold each kind of value) that gives what running every rule gives."""
     values = ["2015-10-18 18:01:47,978", "Jun 14 15:16:01", "00:1a:2b:3c:4d:5e", "2005.06.03",
               "req-0a1b2c3d-4e5f", "blk_-12345", "pid=9", "(TID 479)", "task 12", "10.0.0.1:8080",
-              "/var/log/x.log", "-3.14", "3f2504e0-4f89-11d3-9a0c-0305e82c3301"]  # fmt: skip
+              "/var/log/x.log", "-3.14", "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+              "2005-06-03-15.42.50.675872", "R02-M1-N0-C:J12-U11", "R27-M1-L3-U18-C", "core.2275"]  # fmt: skip
     lines = [line for sample in SAMPLES for line in read(sample)]
     lines += [f"{a} {b}" for a in values for b in values]
     compiled = [(re.compile(rule.pattern), rule.replacement) for rule in DEFAULT_RULES]
