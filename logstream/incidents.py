@@ -14,6 +14,9 @@ Kinds, as the kernel and daemons write them:
 `inject_burst` adds one incident of another shape: 30 lines of a failing disk at one place,
 as real incidents often write (docs/quality.md, "bursts").
 
+`bluegene_log` writes a whole log in BlueGene/L's RAS layout with bursts of alerts (no BGL
+sample is here): a smoke test for a format whose alerts many nodes report at once.
+
 `stop_source` is a daemon that stops logging: its lines are left out from some line on.
 No line score can see a line that is not there; `logstream.quiet` watches for it.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from dataclasses import dataclass, field
 
 from logstream.quiet import source_of
@@ -127,3 +131,69 @@ def stop_source(lines: list[str], source: str, after: int) -> list[str]:
         for i, line in enumerate(lines)
         if i < after or (found := source_of(line)) is None or found[0] != source
     ]
+
+
+# A log in BlueGene/L's RAS layout (loghub's BGL, of which there is no sample here): epoch,
+# date, node, IBM timestamp, node, then `RAS <component> <level> <message>`. Normal messages
+# with their weights, as BGL's most common templates write them; FATAL is not an alert by
+# itself there (`ciod: failed to read message prefix`, and each crash's register dump).
+_BLUEGENE_NORMAL: tuple[tuple[int, str, str, str], ...] = (
+    (30, "KERNEL", "INFO", "instruction cache parity error corrected"),
+    (15, "KERNEL", "INFO", "generating core.{core}"),
+    (12, "KERNEL", "INFO", "CE sym {sym}, at 0x{hex8}, mask 0x{hex2}"),
+    (8, "KERNEL", "INFO", "{small} ddr error(s) detected and corrected on rank 0, symbol {sym}, bit {bit}"),
+    (8, "KERNEL", "INFO", "total of {small} ddr error(s) detected and corrected"),
+    (6, "KERNEL", "INFO", "{count} double-hummer alignment exceptions"),
+    (6, "APP", "FATAL", "ciod: failed to read message prefix on control stream (CioStream socket to {ip}:{port}"),
+    (3, "DISCOVERY", "WARNING", "Node card VPD check: U01 node in processor card slot J{slot} do not match. VPD ecid 0x{hex8}, found 0x{hex8}"),
+)  # fmt: skip
+# Alerts (BGL's alert categories), each one incident that many nodes report within seconds;
+# a kernel crash is followed on each node by register-dump lines (FATAL, labelled normal).
+BLUEGENE_ALERTS: dict[str, tuple[str, str, bool]] = {
+    "KERNDTLB": ("KERNEL", "data TLB error interrupt", True),
+    "KERNSTOR": ("KERNEL", "data storage interrupt", True),
+    "KERNRTSP": ("KERNEL", "rts panic! - stopping execution", False),
+    "KERNMNTF": ("KERNEL", "Lustre mount FAILED : bglio{slot} : block_id : location", False),
+    "APPSEV": ("APP", "ciod: Error reading message prefix after LOAD_MESSAGE on CioStream socket to {ip}:{port}: Link has been severed", False),
+}  # fmt: skip
+_BLUEGENE_DUMP = ("instruction address: 0x{hex8}", "machine check status register: 0x{hex8}")
+
+
+def bluegene_log(seed: int, n: int = 2000, incidents: int = 10, max_nodes: int = 12) -> InjectedLog:
+    """About `n` lines in BlueGene/L's layout, with `incidents` bursts of alerts after the
+    first 5%: each a kind of BLUEGENE_ALERTS reported by 1..`max_nodes` nodes in a row (a
+    crash's dump lines after each), so alerts come in bursts and recur, as BGL's do."""
+    rng = random.Random(seed)
+    nodes = [f"R{r:02d}-M{m}-N{c}-C:J{j:02d}-U{u}1" for r in range(8) for m in (0, 1) for c in "0123456789ABCDEF"
+             for j in (2, 12, 18) for u in (0, 1)]  # fmt: skip
+    places = sorted(rng.sample(range(n // 20, n), incidents))
+    at = {i: rng.choice(list(BLUEGENE_ALERTS)) for i in places}  # line -> the alert after it
+    epoch = 1117838570
+    out = InjectedLog()
+
+    def write(node: str, component: str, level: str, message: str, label: int, kind: str | None) -> None:
+        t = epoch + len(out.lines) * 37
+        stamp = time.strftime("%Y-%m-%d-%H.%M.%S", time.gmtime(t)) + f".{rng.randrange(10**6):06d}"
+        fields = {
+            "core": rng.randrange(1, 4000), "sym": rng.randrange(32), "bit": rng.randrange(8),
+            "small": rng.randrange(1, 20), "count": rng.randrange(1, 99999), "slot": rng.randrange(2, 19),
+            "hex8": f"{rng.randrange(16**8):08x}", "hex2": f"{rng.randrange(256):02x}",
+            "ip": f"172.16.96.{rng.randrange(1, 255)}", "port": rng.randrange(1024, 65535),
+        }  # fmt: skip
+        day = time.strftime("%Y.%m.%d", time.gmtime(t))
+        text = message.format(**fields)
+        out.lines.append(f"{t} {day} {node} {stamp} {node} RAS {component} {level} {text}")
+        out.labels.append(label)
+        out.kinds.append(kind)
+
+    weights = [w for w, *_ in _BLUEGENE_NORMAL]
+    for i in range(n):
+        _, component, level, message = rng.choices(_BLUEGENE_NORMAL, weights)[0]
+        write(rng.choice(nodes), component, level, message, 0, None)
+        if i in at:
+            component, message, crash = BLUEGENE_ALERTS[at[i]]
+            for node in rng.sample(nodes, rng.randint(1, max_nodes)):
+                write(node, component, "FATAL", message, 1, at[i])
+                for dump in _BLUEGENE_DUMP if crash else ():
+                    write(node, "KERNEL", "FATAL", dump, 0, None)
+    return out

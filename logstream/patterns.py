@@ -5,6 +5,12 @@ Templates serve three ends: grouping alerts (one incident, one template), the
 sinks), and novelty (a line whose template the model has never seen). Lines arrive
 already masked by `normalize`, so drain3's own masking is off.
 
+Drain's similarity (the share of a template's tokens a line repeats) counts the masked
+header fields every line of a format shares (`<TS> <HOST>`) as one token, however many the
+format writes: they say when and where, not what. Counted one by one, BlueGene/L's five
+made `RAS KERNEL FATAL rts panic! - stopping execution` join `RAS KERNEL INFO instruction
+cache parity error corrected` (7 of 13 tokens equal); loghub's parsers cut the header first.
+
 A template's id is a hash of its text, not drain3's per-process counter: the same
 template has the same id in every process and after every restart, so alert groups and
 fingerprints stay stable. The miner keeps at most `max_templates` (least recently used
@@ -57,11 +63,37 @@ def _miner_config(similarity: float, depth: int, max_templates: int) -> Template
     return config
 
 
+def _is_field(token: str) -> bool:
+    """A masked field (`<TS>`, `<HOST>`, `<NUM>`), not drain3's wildcard `<*>`."""
+    return token[:1] == "<" and token[-1:] == ">" and token[1:-1].isupper()
+
+
+def header_as_one_similarity(seq1: list[str], seq2: list[str], include_params: bool) -> tuple[float, int]:
+    """drain3's `Drain.get_seq_distance` (template `seq1`, line `seq2`, equal lengths: the
+    share of equal tokens, wildcards equal with `include_params`; and the template's
+    wildcards), with the masked fields both open with counted as one equal token."""
+    header = 0
+    while header < len(seq1) and seq1[header] == seq2[header] and _is_field(seq1[header]):
+        header += 1
+    params = equal = 0
+    for t1, t2 in zip(seq1[header:], seq2[header:], strict=True):
+        if t1 == "<*>":
+            params += 1
+        elif t1 == t2:
+            equal += 1
+    shared = int(header > 0)  # the header: one equal token
+    counted = len(seq1) - header + shared
+    if not counted:  # empty sequences: drain3 calls them a full match
+        return 1.0, 0
+    return (equal + shared + params * include_params) / counted, params
+
+
 class PatternMiner:
     """Streaming Drain: `add` assigns a template id to each masked line."""
 
     def __init__(self, similarity: float = 0.5, depth: int = 4, max_templates: int = MAX_TEMPLATES) -> None:
         self._miner = TemplateMiner(config=_miner_config(similarity, depth, max_templates))
+        self._miner.drain.get_seq_distance = header_as_one_similarity
 
     def add(self, masked_line: str) -> Mined:
         result = self._miner.add_log_message(masked_line)

@@ -272,12 +272,20 @@ def session_worst(line_scores: list[float], end_score: float | None) -> float:
 
 
 def _fit(
-    samples: list[float], max_outlier_share: float = MAX_OUTLIER_SHARE
+    samples: list[float],
+    max_outlier_share: float = MAX_OUTLIER_SHARE,
+    events: list[int | None] | None = None,
 ) -> tuple[TailFit | None, list[float]]:
-    """A tail and its reference sample, or (None, []) with too few samples."""
+    """A tail and its reference sample for online refits, or (None, []) with too few samples.
+    Outliers dropped as events (more lines than the cap allows, each a template all of whose
+    lines are far out) stay out of the reference: a refit has only the scores, so it would
+    count their lines and take them back."""
     if len(samples) < MIN_SAMPLES:
         return None, []
-    return fit_tail(samples, max_outlier_share), reference_sample(samples)
+    fit = fit_tail(samples, max_outlier_share, events=events)
+    if fit.outliers > max_outlier_share * fit.samples:
+        samples = sorted(v for v in samples if math.isfinite(v))[: fit.samples - fit.outliers]
+    return fit, reference_sample(samples)
 
 
 def template_offsets(
@@ -319,7 +327,7 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
     evidence = [calibration.evidence(o) for o in lines]  # no offsets yet: the raw evidence
     if config.template_centering:
         calibration.template_offsets, evidence = template_offsets([o.template for o in lines], evidence)
-    calibration.line, calibration.line_reference = _fit(evidence)
+    calibration.line, calibration.line_reference = _fit(evidence, events=[o.template for o in lines])
     if calibration.line is None:
         raise UserError(
             f"calibration: {len(lines)} held-out baseline lines; at least {MIN_SAMPLES} are needed (more baseline)"

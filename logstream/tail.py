@@ -22,7 +22,12 @@ incidents and hide every later one like them):
    the sample, since more far-out scores than that are rare normal lines (dropping them
    flagged every rare normal line of a Thunderbird log), not a handful of incidents
    (`max_outlier_share`; the session tail allows 5%: a held-out session is a whole
-   incident, and a baseline with a few percent of incidents has that share of them);
+   incident, and a baseline with a few percent of incidents has that share of them).
+   Given each line's template (`events`), a template whose every held-out line is far out
+   counts once: a burst of one template is one incident however many lines it wrote (a
+   held-out burst of 12 alert lines otherwise stretched the tail over every later line like
+   them), while far-out lines of many templates (a boot), or of a template that also has
+   normal-looking lines, stay rare normal lines;
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
    tail is kept while far-out incidents stay out;
@@ -48,7 +53,8 @@ where the largest was 14), silencing the detector (docs/quality.md).
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 
@@ -198,13 +204,22 @@ def _pwm_gpd(excess: np.ndarray, xi_max: float = XI_MAX) -> tuple[float, float]:
 
 
 def fit_tail(
-    scores: np.ndarray | list[float], max_outlier_share: float = MAX_OUTLIER_SHARE, xi_max: float = XI_MAX
+    scores: np.ndarray | list[float],
+    max_outlier_share: float = MAX_OUTLIER_SHARE,
+    xi_max: float = XI_MAX,
+    events: Sequence[Hashable | None] | None = None,
 ) -> TailFit:
     """Fit the tail of held-out normal scores; raises ValueError with too few of them.
     At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1).
-    `xi_max`: the heaviest shape allowed (an online refit's: the calibration's)."""
-    x = np.sort(np.asarray(scores, dtype=float))
-    x = x[np.isfinite(x)]
+    `xi_max`: the heaviest shape allowed (an online refit's: the calibration's).
+    `events`: per score, the event it belongs to (a line's template; None: a line of its
+    own). An event whose every score is far out counts once toward the cap: a burst of one
+    template the rest of the sample never shows is one incident, where as many far-out lines
+    of as many templates, or of a template whose other lines are normal, are rare normal ones."""
+    x = np.asarray(scores, dtype=float)
+    order = np.argsort(x, kind="stable")
+    order = order[np.isfinite(x[order])]
+    x = x[order]
     n = len(x)
     if n < MIN_SAMPLES:
         raise ValueError(f"calibration: {n} held-out scores; at least {MIN_SAMPLES} are needed")
@@ -215,7 +230,17 @@ def fit_tail(
     robust_sigma = max(float(lower.mean()) / TRIMMED_MEAN_75, 1e-6 * max(1.0, abs(u)))
     # stage 1: under the robust exponential tail P(X > u + e) = (n_peaks / n) exp(-e / sigma)
     plausible = excess <= robust_sigma * math.log(n_peaks / OUTLIER_RATE)
-    if n_peaks - plausible.sum() > max_outlier_share * n:
+    lines_of = Counter(events[i] for i in order) if events is not None else Counter()
+
+    def too_many(dropped: int) -> bool:  # the top `dropped` scores: more than a few incidents?
+        if events is None or not dropped:
+            return dropped > max_outlier_share * n
+        top = Counter(events[i] for i in order[n - dropped :])
+        # an event all of whose lines are far out is one incident; other far-out lines count one by one
+        incidents = sum(1 if e is not None and k == lines_of[e] else k for e, k in top.items())
+        return incidents > max_outlier_share * n
+
+    if too_many(int(n_peaks - plausible.sum())):
         plausible[:] = True  # that many far-out scores are rare normal lines, not a few incidents
     # stage 2, repeated until stable: fit the kept peaks; peaks the fitted GPD finds plausible
     # come back (a heavy tail is data, not noise), the rest stay out (incidents stay implausible)
@@ -223,7 +248,7 @@ def fit_tail(
         n_kept = int(plausible.sum())
         sigma, xi = _pwm_gpd(excess[plausible], xi_max) if n_kept >= MIN_PEAKS else (robust_sigma, 0.0)
         again = gpd_log_sf(excess, sigma, xi) >= math.log(OUTLIER_RATE / n_peaks)
-        if np.array_equal(again, plausible) or n_peaks - again.sum() > max_outlier_share * n:
+        if np.array_equal(again, plausible) or too_many(int(n_peaks - again.sum())):
             break
         plausible = again
     normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks

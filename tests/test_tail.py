@@ -95,6 +95,50 @@ def test_a_session_tail_drops_a_few_percent_of_incident_sessions(seed: int) -> N
     assert fit_tail(contaminated).score(20.0) < 3  # the line cap keeps them: why sessions differ
 
 
+def burst_in_baseline(rng: np.random.Generator, burst_templates: list[int]) -> tuple[np.ndarray, list[int]]:
+    """988 held-out scores of 200 normal templates, then 12 far-out lines (15-16 nats) of
+    `burst_templates`: (scores, each score's template)."""
+    scores = np.r_[rng.exponential(1.0, 988), 15 + rng.uniform(0, 1, 12)]
+    return scores, [*rng.integers(0, 200, 988).tolist(), *burst_templates]
+
+
+def test_a_burst_in_the_baseline_is_one_incident() -> None:
+    """12 far-out held-out lines of one template (a burst of alerts, more lines than the 0.5%
+    cap) are one event: the tail leaves them out, keeps the clean rate within 2x, and lines
+    like them alert. Counted as lines (no templates given), or spread over twelve templates
+    (rare normal lines), they are too many for the cap and the tail keeps them."""
+    rng = np.random.default_rng(11)
+    scores, one = burst_in_baseline(rng, [999] * 12)
+    _, twelve = burst_in_baseline(np.random.default_rng(11), list(range(1000, 1012)))
+    burst = fit_tail(scores, events=one)
+    assert burst.outliers == 12 and burst.score(15.0) > 3.5
+    assert float(np.mean(rng.exponential(1.0, 2_000_000) > burst.raw_threshold(1e-3))) <= 2e-3
+    assert fit_tail(scores).score(15.0) < 3.5
+    assert fit_tail(scores, events=twelve) == fit_tail(scores)
+
+
+def test_a_dropped_burst_stays_out_of_online_refits() -> None:
+    """The calibration keeps a burst it dropped as one event out of the reference sample:
+    online refits have scores, not templates, and a refit over the burst's 12 lines counts
+    lines and takes them back into the tail."""
+    rng = np.random.default_rng(11)
+    scores, templates = burst_in_baseline(rng, [999] * 12)
+    lines = [Observation(float(s), None, False, template=t) for s, t in zip(scores, templates, strict=True)]
+    calibration = fit_calibration(ScoringConfig(), lines, [])
+    assert len(calibration.line_reference) == 988 and calibration.line_score(15.0) > 3.5
+    recent = rng.exponential(1.0, 500)
+    online, with_burst = (
+        OnlineTail(calibration.line, reference, refit_every=500)
+        for reference in (calibration.line_reference, reference_sample(list(scores)))
+    )
+    for raw in recent:
+        online.observe(float(raw), flagged=False)
+        with_burst.observe(float(raw), flagged=False)
+    assert online.fit.score(15.0) > 3.5
+    assert with_burst.fit.outliers == 0  # the burst back in the tail: its threshold moves 3 nats up
+    assert with_burst.fit.raw_threshold(3e-4) > online.fit.raw_threshold(3e-4) + 2
+
+
 def held_out_session(rng: np.random.Generator) -> list[Observation]:
     """13 lines: most of a known template (0.1 nats), a tenth of rarer ones (0.3-2.5 nats)."""
     surprisal = rng.exponential(0.1, 13)
