@@ -105,16 +105,19 @@ def burst_in_baseline(rng: np.random.Generator, burst_templates: list[int]) -> t
 def test_a_burst_in_the_baseline_is_one_incident() -> None:
     """12 far-out held-out lines of one template (a burst of alerts, more lines than the 0.5%
     cap) are one event: the tail leaves them out, keeps the clean rate within 2x, and lines
-    like them alert. Counted as lines (no templates given), or spread over twelve templates
-    (rare normal lines), they are too many for the cap and the tail keeps them."""
+    like them alert. Counted as lines (no templates given), spread over twelve templates (rare
+    normal lines), or of a template whose other lines are normal (its rare high ones), they
+    are too many for the cap and the tail keeps them."""
     rng = np.random.default_rng(11)
     scores, one = burst_in_baseline(rng, [999] * 12)
     _, twelve = burst_in_baseline(np.random.default_rng(11), list(range(1000, 1012)))
+    _, common = burst_in_baseline(np.random.default_rng(11), [7] * 12)
+    assert common[:988].count(7) > 0  # template 7 has normal lines too
     burst = fit_tail(scores, events=one)
     assert burst.outliers == 12 and burst.score(15.0) > 3.5
     assert float(np.mean(rng.exponential(1.0, 2_000_000) > burst.raw_threshold(1e-3))) <= 2e-3
     assert fit_tail(scores).score(15.0) < 3.5
-    assert fit_tail(scores, events=twelve) == fit_tail(scores)
+    assert fit_tail(scores, events=twelve) == fit_tail(scores) == fit_tail(scores, events=common)
 
 
 def test_a_dropped_burst_stays_out_of_online_refits() -> None:
