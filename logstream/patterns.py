@@ -63,25 +63,26 @@ def _miner_config(similarity: float, depth: int, max_templates: int) -> Template
     return config
 
 
-def _is_field(token: str) -> bool:
-    """A masked field (`<TS>`, `<HOST>`, `<NUM>`), not drain3's wildcard `<*>`."""
-    return token[:1] == "<" and token[-1:] == ">" and token[1:-1].isupper()
-
-
 def header_as_one_similarity(seq1: list[str], seq2: list[str], include_params: bool) -> tuple[float, int]:
     """drain3's `Drain.get_seq_distance` (template `seq1`, line `seq2`, equal lengths: the
     share of equal tokens, wildcards equal with `include_params`; and the template's
-    wildcards), with the masked fields both open with counted as one equal token."""
+    wildcards), with the masked fields both open with (`<TS>`, `<HOST>`; not the wildcard
+    `<*>`) counted as one equal token. It runs for every candidate template of every line:
+    indexes, not slices."""
     header = 0
-    while header < len(seq1) and seq1[header] == seq2[header] and _is_field(seq1[header]):
+    # equal lengths, and it stops at the header's end; zip's keyword argument costs 5 µs a line
+    for t1, t2 in zip(seq1, seq2):  # noqa: B905
+        if t1 != t2 or t1[:1] != "<" or t1[-1:] != ">" or not t1[1:-1].isupper():
+            break
         header += 1
     params = equal = 0
-    for t1, t2 in zip(seq1[header:], seq2[header:], strict=True):
-        if t1 == "<*>":
+    for i in range(header, len(seq1)):
+        token = seq1[i]
+        if token == "<*>":
             params += 1
-        elif t1 == t2:
+        elif token == seq2[i]:
             equal += 1
-    shared = int(header > 0)  # the header: one equal token
+    shared = header > 0  # the header: one equal token
     counted = len(seq1) - header + shared
     if not counted:  # empty sequences: drain3 calls them a full match
         return 1.0, 0
