@@ -15,19 +15,22 @@ x - u follow a generalized Pareto distribution GPD(sigma, xi), so
 The fit has two stages, so that a baseline whose held-out part holds incidents still
 gets the tail of its *normal* lines (a plain fit would stretch the tail over the
 incidents and hide every later one like them):
-1. a robust exponential tail, its scale from the mean of the lowest 75% of the excesses
-   (unmoved while fewer than a quarter of the peaks are incidents, and not zero when
-   many scores tie, as template logs' do), marks the peaks that are implausible for it
-   (tail probability below OUTLIER_RATE / n) as outliers, and drops them: at most 0.5% of
-   the sample, since more far-out scores than that are rare normal lines (dropping them
-   flagged every rare normal line of a Thunderbird log), not a handful of incidents
-   (`max_outlier_share`; the session tail allows 5%: a held-out session is a whole
-   incident, and a baseline with a few percent of incidents has that share of them).
-   Given each line's template (`events`), a template whose every held-out line is far out
-   counts once: a burst of one template is one incident however many lines it wrote (a
-   held-out burst of 12 alert lines otherwise stretched the tail over every later line like
-   them), while far-out lines of many templates (a boot), or of a template that also has
-   normal-looking lines, stay rare normal lines;
+1. outward testing, as Rosner's generalized ESD test, finds the far-out peaks: the most
+   top peaks, at most half, whose smallest is implausible (tail probability below
+   OUTLIER_RATE / n) under an exponential tail fitted to the other peaks. They are dropped
+   as outliers if they are a few incidents: at most 0.5% of the sample in lines, since
+   more far-out scores than that are rare normal lines (dropping them flagged every rare
+   normal line of a Thunderbird log; `max_outlier_share`: the session tail allows 5%, a
+   held-out session being a whole incident, and a baseline with a few percent of incidents
+   has that share of them). Given each line's template (`events`), a *burst*, a template
+   with two or more held-out lines that are all far out, is one incident however many
+   lines it wrote, and bursts have a cap of their own, MAX_BURST_SHARE of the sample:
+   held-out lines are the baseline's last ones, which the model never trained on, so an
+   alert burst there is novel to it. Far-out lines of many templates (a boot), or of a
+   template that also has normal-looking lines, stay rare normal lines. (Until stop 26 the
+   exponential's scale came from the lower 75% of the peaks, which took incidents in once
+   they passed a quarter of the peaks, and bursts shared the lines' cap: four held-out
+   bursts, 25 lines of 60 peaks, hid every later alert);
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
    tail is kept while far-out incidents stay out;
@@ -63,8 +66,8 @@ import numpy as np
 PEAK_SHARE = 0.2  # the top 20% of held-out scores are the peaks
 OUTLIER_RATE = 0.1  # stage 1 drops peaks rarer than 0.1 / n under the robust exponential tail
 MAX_OUTLIER_SHARE = 0.005  # ... but never more than 0.5% of the sample
+MAX_BURST_SHARE = 0.05  # ... and at most 5% of it in bursts, each counted once
 ANCHOR_SLACK = 5.0  # a fit may claim up to 5/(n+1) beyond its largest sample
-TRIMMED_MEAN_75 = (1 - 0.25 * (math.log(4) + 1)) / 0.75  # E[X | X < its 75% quantile] for X ~ Exp(1)
 MIN_PEAKS = 10
 MIN_SAMPLES = 20
 XI_MIN, XI_MAX = -0.5, 0.5
@@ -213,9 +216,9 @@ def fit_tail(
     At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1).
     `xi_max`: the heaviest shape allowed (an online refit's: the calibration's).
     `events`: per score, the event it belongs to (a line's template; None: a line of its
-    own). An event whose every score is far out counts once toward the cap: a burst of one
-    template the rest of the sample never shows is one incident, where as many far-out lines
-    of as many templates, or of a template whose other lines are normal, are rare normal ones."""
+    own). An event with two or more scores, all far out, is a burst: one incident, capped at
+    MAX_BURST_SHARE of the sample, where as many far-out lines of as many templates, or of a
+    template whose other lines are normal, are rare normal ones."""
     x = np.asarray(scores, dtype=float)
     order = np.argsort(x, kind="stable")
     order = order[np.isfinite(x[order])]
@@ -226,19 +229,17 @@ def fit_tail(
     n_peaks = min(n - 1, max(MIN_PEAKS, int(n * PEAK_SHARE)))
     u = float(x[n - n_peaks - 1])
     excess = x[n - n_peaks :] - u  # sorted
-    lower = excess[: max(1, int(0.75 * n_peaks))]
-    robust_sigma = max(float(lower.mean()) / TRIMMED_MEAN_75, 1e-6 * max(1.0, abs(u)))
-    # stage 1: under the robust exponential tail P(X > u + e) = (n_peaks / n) exp(-e / sigma)
-    plausible = excess <= robust_sigma * math.log(n_peaks / OUTLIER_RATE)
+    # stage 1: the far-out peaks under a robust exponential tail (`far_out_peaks`)
+    n_far, robust_sigma = far_out_peaks(excess, floor=1e-6 * max(1.0, abs(u)))
+    plausible = np.arange(n_peaks) < n_peaks - n_far
     lines_of = Counter(events[i] for i in order) if events is not None else Counter()
 
     def too_many(dropped: int) -> bool:  # the top `dropped` scores: more than a few incidents?
-        if events is None or not dropped:
-            return dropped > max_outlier_share * n
-        top = Counter(events[i] for i in order[n - dropped :])
-        # an event all of whose lines are far out is one incident; other far-out lines count one by one
-        incidents = sum(1 if e is not None and k == lines_of[e] else k for e, k in top.items())
-        return incidents > max_outlier_share * n
+        top = Counter(events[i] for i in order[n - dropped :]) if events is not None else Counter()
+        # a burst is one incident; other far-out lines count one by one
+        bursts = [e for e, k in top.items() if e is not None and k >= 2 and k == lines_of[e]]
+        lines = dropped - sum(top[e] for e in bursts)
+        return lines > max_outlier_share * n or len(bursts) > MAX_BURST_SHARE * n
 
     if too_many(int(n_peaks - plausible.sum())):
         plausible[:] = True  # that many far-out scores are rare normal lines, not a few incidents
@@ -259,6 +260,29 @@ def fit_tail(
         u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n,
         outliers=n_peaks - n_kept,
     )  # fmt: skip
+
+
+def far_out_peaks(excess: np.ndarray, floor: float) -> tuple[int, float]:
+    """(k, sigma): how many of the largest excesses are far out, and the exponential scale
+    of the rest. Outward testing, as Rosner's generalized ESD: k is the largest count, at
+    most half of the positive excesses, such that the smallest of the top k lies beyond
+    sigma * ln(m / OUTLIER_RATE), sigma being the mean of the others (the exponential's
+    maximum-likelihood scale). Testing from half the peaks down finds incidents however many
+    of them hide each other (a trimmed mean of a fixed share took them into the scale once
+    they passed its trim), and a plateau of tied normal scores sets the scale by its own
+    mean. Excesses of 0 (ties at u) are left out, as they would shrink every scale to
+    nothing, unless fewer than MIN_PEAKS are above them: then the tie is the tail, and a few
+    scores above a tie of nearly all the peaks are far out (HDFS's held-out sessions without
+    sinks: 97 of 101 peaks tie, and the 4 above are the incident sessions)."""
+    m = len(excess)
+    positive = excess[excess > 0]  # sorted, as excess is
+    values = positive if len(positive) >= MIN_PEAKS else excess  # mostly ties at u: those are the tail
+    p = len(values)
+    scale = np.maximum(np.cumsum(values) / np.arange(1, p + 1), floor)  # [r - 1]: mean of the lowest r
+    k = np.arange(1, p // 2 + 1)
+    far = values[p - k] > scale[p - k - 1] * math.log(m / OUTLIER_RATE)
+    n_far = int(k[far].max()) if far.any() else 0
+    return n_far, float(scale[p - n_far - 1])
 
 
 def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: float, n: int) -> float:
