@@ -151,6 +151,15 @@ def load_set(dev: DevSet, data: Path) -> tuple[list[str], list[int], list[str | 
     return log.lines, log.labels, log.kinds
 
 
+def prequential(
+    name: Path, lines: list[str], labels: list[int] | None, config: TrainConfig, cache: Path
+) -> tuple[ReplayOptions, ReplayInput, list[Part]]:
+    """`replay NAME --auto-train all` of `lines`: its options, input and chunk models (cached)."""
+    data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
+    options = ReplayOptions(input=name, auto_train="all", train_config=config)
+    return options, data, cached_parts(options, data, cache)
+
+
 def cached_parts(options: ReplayOptions, data: ReplayInput, cache: Path) -> list[Part]:
     """The prequential chunk models (`--auto-train all`), trained once and kept in `cache`."""
     index = cache / "parts.json"
@@ -255,9 +264,7 @@ def other_logs(data_dir: Path, out: Path, config: TrainConfig) -> dict[str, dict
             continue
         dev = DevSet(path.name.removesuffix("_2k.log").lower(), path.name, seed=None)
         lines, labels, _ = load_set(dev, data_dir)
-        data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        options = ReplayOptions(input=path, auto_train="all", train_config=config)
-        parts = cached_parts(options, data, out / dev.name)
+        _, data, parts = prequential(path, lines, labels, config, out / dev.name)
         row = {}
         for rate in (1e-3, DEFAULT_FALSE_ALARM_RATE):
             chunks = score_with(parts, data, ScoringConfig(false_alarm_rate=rate)).chunks
@@ -281,9 +288,8 @@ def bursts(data_dir: Path, out: Path, config: TrainConfig) -> dict[str, dict]:
         lines, _, _ = load_set(replace(dev, seed=None), data_dir)
         for at in BURST_AT:
             log = inject_burst(lines, after=int(len(lines) * at))
-            data = ReplayInput(parse_lines(log.lines), log.labels, InputStats(), None)
-            options = ReplayOptions(input=Path(dev.file), auto_train="all", train_config=config)
-            parts = cached_parts(options, data, out / f"{dev.name}-burst-{at}")
+            cache = out / f"{dev.name}-burst-{at}"
+            options, data, parts = prequential(Path(dev.file), log.lines, log.labels, config, cache)
             columns = score_parts(options, data, parts).columns
             flagged, labels = columns.flagged() > 0, np.array(log.labels)[columns.numpy("index")]
             row = {
@@ -304,12 +310,11 @@ def bluegene(out: Path, config: TrainConfig) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for seed in BLUEGENE_SEEDS:
         log = bluegene_log(seed)
-        data = ReplayInput(parse_lines(log.lines), log.labels, InputStats(), None)
-        options = ReplayOptions(input=Path(f"bluegene-{seed}.log"), auto_train="all", train_config=config)
-        parts = cached_parts(options, data, out / f"bluegene-{seed}")
+        name = f"bluegene-{seed}"
+        _, data, parts = prequential(Path(f"{name}.log"), log.lines, log.labels, config, out / name)
         table = run_variants(parts, data, log.kinds, only=("logstream",))
-        results[f"bluegene-{seed}"] = table | peers(log.lines, np.array(log.labels))
-        print(f"  bluegene-{seed}: {sum(log.labels)} alerts in {len(log.lines)} lines, {table}", flush=True)
+        results[name] = table | peers(log.lines, np.array(log.labels))
+        print(f"  {name}: {sum(log.labels)} alerts in {len(log.lines)} lines, {table}", flush=True)
     return results
 
 
@@ -502,9 +507,7 @@ def main() -> None:
         started = time.time()
         print(f"{dev.name}:", flush=True)
         lines, labels, kinds = load_set(dev, args.data)
-        data = ReplayInput(parse_lines(lines), labels, InputStats(), None)
-        options = ReplayOptions(input=Path(dev.file), auto_train="all", train_config=config)
-        parts = cached_parts(options, data, args.out / dev.name)
+        _, data, parts = prequential(Path(dev.file), lines, labels, config, args.out / dev.name)
         table = run_variants(parts, data, kinds) | peers(lines, np.array(labels))
         results[dev.name] = {"lines": len(lines), "incident_lines": int(sum(labels)), "methods": table}
         print(f"  {len(lines)} lines, {sum(labels)} injected, {time.time() - started:.0f} s")

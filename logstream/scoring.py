@@ -277,9 +277,9 @@ def _fit(
     events: list[int | None] | None = None,
 ) -> tuple[TailFit | None, list[float]]:
     """A tail and its reference sample for online refits, or (None, []) with too few samples.
-    Outliers dropped as events (more lines than the cap allows, each a template all of whose
-    lines are far out) stay out of the reference: a refit has only the scores, so it would
-    count their lines and take them back."""
+    Outliers dropped as bursts (more lines than the line cap allows: `fit_tail(events=...)`)
+    stay out of the reference: a refit has only the scores, so it would count their lines and
+    take them back."""
     if len(samples) < MIN_SAMPLES:
         return None, []
     fit = fit_tail(samples, max_outlier_share, events=events)
