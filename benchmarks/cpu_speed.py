@@ -1,7 +1,7 @@
 """CPU replay speed: lines/s, tokens/s, FLOP/s and bytes/s against this machine's roofline, per lever.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/cpu_speed.py [--preset small] [--lines 1000]
-        [--hosts 16] [--window 2048] [--reps 2] [--levers reference,flash_cpu,chunk_1024,...]
+        [--hosts 16] [--window 2048] [--reps 2] [--levers reference,flash_cpu,chunk_1024,...] [--one-stream]
 
 Trains a model briefly on synthetic lines (speed does not depend on how well it is trained;
 the drift column does a little), tokenizes a synthetic log with `--hosts` web hosts, fills
@@ -14,7 +14,8 @@ token): compare its lines/s with a run without it.
 
 Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
 default), bigger or smaller chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
-and cache, one thread instead of two, an int8 ring. Then the default Detector end to end (masking,
+and cache, one thread instead of two, an int8 ring, one chunk per stream a step (the engine
+before it took several when few streams are active). Then the default Detector end to end (masking,
 tokenizing, mining, scoring; best of --reps): the engine's share and the host's microseconds
 per line. FLOPs per token: `roofline.engine_flops_per_token`
 at each token's own window; bytes: `roofline.engine_bytes_per_step`. The last stdout line is JSON.
@@ -37,7 +38,7 @@ import torch
 from roofline import Roofline, engine_bytes_per_step, engine_flops_per_token, measure
 
 from logstream.detector import Detector
-from logstream.engine import StepFn, StreamingEngine
+from logstream.engine import CPU_STEP_CHUNKS, StepFn, StreamingEngine
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
 from logstream.records import LogRecord
@@ -57,6 +58,7 @@ class Lever:
     dtype: torch.dtype = torch.float32
     threads: int | None = None  # None: as OMP_NUM_THREADS
     int8_ring: bool = False  # K/V stored as int8 with per (token, kv head) scales
+    step_chunks: int = CPU_STEP_CHUNKS  # 1: one chunk per stream a step (the engine before stop 27)
 
 
 LEVERS: dict[str, Lever] = {
@@ -69,6 +71,7 @@ LEVERS: dict[str, Lever] = {
     "bf16": Lever(dtype=torch.bfloat16),
     "threads_1": Lever(threads=1),
     "int8_ring": Lever(int8_ring=True),
+    "one_chunk_a_step": Lever(step_chunks=1),
 }
 
 
@@ -172,6 +175,11 @@ def main() -> None:
     parser.add_argument(
         "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces (fewer tokens)"
     )
+    parser.add_argument(
+        "--one-stream",
+        action="store_true",
+        help="every line in one stream, as `replay FILE` without --stream-key",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     roof: Roofline = measure(args.roofline_seconds)
@@ -199,7 +207,7 @@ def main() -> None:
     )
     per_stream_lines = -(-args.window // fewest_tokens)
     log = generate_lines(args.lines + per_stream_lines * (args.hosts + 8), seed=2, web_hosts=args.hosts)
-    records = parse_lines(log.lines, STREAM_KEY)
+    records = parse_lines(log.lines, None if args.one_stream else STREAM_KEY)
     ids = tokenizer.encode_lines([detector.normalizer.mask(r.line) for r in records])
     split = len(records) - args.lines
     prefill: Batch = defaultdict(list)
@@ -222,6 +230,7 @@ def main() -> None:
                 engine = StreamingEngine(
                     copy.deepcopy(trained.model), sink_ids, window=args.window, max_streams=64,
                     chunk_tokens=lever.chunk_tokens, device="cpu", dtype=lever.dtype, int8_ring=lever.int8_ring,
+                    step_chunks=lever.step_chunks,
                 )  # fmt: skip
                 if lever.compile:
                     engine.step_fn = torch.compile(engine.device_step, dynamic=False)

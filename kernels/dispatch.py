@@ -64,19 +64,22 @@ def sink_ring_attention(
     sin: torch.Tensor,
     ring_len: int | None = None,
     bias: torch.Tensor | None = None,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention over sinks + ring + chunk: (out [B, H, T, D], lse [B, H, T] fp32).
 
     `ring_len` and `bias` are hints for flash_cpu (its bound on the ring entries any query sees
     and its window mask, computed once per step for all layers); the Triton kernel reads each
-    stream's filled slots anyway, and the reference all L.
+    stream's filled slots anyway, and the reference all L. `block`: flash_cpu only, which
+    alone takes chunks longer than the ring (T > L), in blocks of that many queries.
     """
     args = (q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin)
     backend = backend_for(q)
+    assert backend == "flash_cpu" or block is None or q.shape[2] <= block, f"{backend}: one block a step"
     if backend == "triton":
         from logstream.kernels import sink_ring_attention as kernel
 
         return kernel.sink_ring_attention(*args)
     if backend == "flash_cpu":
-        return flash_cpu.sink_ring_attention(*args, ring_len=ring_len, bias=bias)
+        return flash_cpu.sink_ring_attention(*args, ring_len=ring_len, bias=bias, block=block)
     return reference.sink_ring_attention(*args)

@@ -20,11 +20,18 @@ kernel does not take: it falls back to the slow math path).
 `ring_len` R: how many of the newest ring entries any query may see. An entry of age r is
 visible to query t iff r <= fill and t + r <= L - 1, so R = min(max fill, L - 1) is exact;
 streams that have not filled their ring (short sessions) attend over their own length only.
+
+`block` P: a chunk longer than the ring (the engine gives a stream several chunks in one step
+when few streams are active) is cut into blocks of P <= L queries, each a row of one batch:
+block b sees the R = L - 1 keys before it and itself, X[bP : bP + R + P] of X = [ring; chunk].
+That is the window of P queries that a step of its own would see, so a step of n blocks does
+the attention of n steps at once, in one kernel call, with no extra work per query.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from logstream.kernels.reference import apply_rope
 
@@ -45,6 +52,41 @@ def flash(
 def live_ring_len(fill: torch.Tensor, L: int) -> int:
     """R = min(max fill, L - 1): ring entries older than that are invisible to every query."""
     return min(int(fill.max()), L - 1) if fill.numel() else 0
+
+
+def blocks(x: torch.Tensor, P: int) -> torch.Tensor:
+    """x [B, H, T, D] -> [B * nb, H, P, D], T padded to nb * P: block b is x[:, :, bP : bP + P]."""
+    B, H, T, D = x.shape
+    nb = -(-T // P)
+    if nb == 1:
+        return x
+    x = F.pad(x, (0, 0, 0, nb * P - T))
+    return x.view(B, H, nb, P, D).transpose(1, 2).reshape(B * nb, H, P, D)
+
+
+def unblocks(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    """The inverse of `blocks` for [B * nb, H, P, ...] -> [B, H, T, ...]."""
+    if x.shape[0] == B:
+        return x
+    nb, H, P = x.shape[0] // B, x.shape[1], x.shape[2]
+    x = x.view(B, nb, *x.shape[1:]).transpose(1, 2)  # [B, H, nb, P, ...]
+    return x.reshape(B, H, nb * P, *x.shape[4:])[:, :, :T]
+
+
+def windows(x: torch.Tensor, R: int, P: int) -> torch.Tensor:
+    """x [B, Hkv, R + T, D] -> [B * nb, Hkv, R + P, D]: block b's keys, x[:, :, bP : bP + R + P]."""
+    B, Hkv, N, D = x.shape
+    nb = -(-(N - R) // P)
+    if nb == 1:
+        return x
+    x = F.pad(x, (0, 0, 0, R + nb * P - N))
+    return x.unfold(2, R + P, P).permute(0, 2, 1, 4, 3).reshape(B * nb, Hkv, R + P, D)
+
+
+def block_fill(fill: torch.Tensor, T: int, P: int) -> torch.Tensor:
+    """fill [B] -> [B * nb]: the entries before block b, fill + bP (block b's own fill)."""
+    nb = -(-T // P)
+    return (fill[:, None] + P * torch.arange(nb, device=fill.device)[None]).reshape(-1)
 
 
 def window_bias(fill: torch.Tensor | None, T: int, R: int, L: int, dtype: torch.dtype) -> torch.Tensor:
@@ -81,28 +123,38 @@ def sink_ring_attention(
     sin: torch.Tensor,
     ring_len: int | None = None,
     bias: torch.Tensor | None = None,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over sinks + ring + itself: (out [B, H, T, D], lse [B, H, T] fp32).
 
-    Layouts as in reference.py. `ring_len` (default: from `fill`, a host sync) and `bias`
-    (default: `window_bias(fill, T, ring_len, L, q.dtype)`) may be passed in, so that a
-    caller computes them once per step for all layers.
+    Layouts as in reference.py, except that T may exceed L when `block` P (<= L) is given: the
+    queries then go in blocks of P (module docstring). `ring_len` (default: from `fill`, a host
+    sync; L - 1 with several blocks) and `bias` (default: `window_bias(block_fill(fill, T, P),
+    P, ring_len, L, q.dtype)`) may be passed in, so that a caller computes them once per step
+    for all layers.
     """
     B, _, T, D = q.shape
     S, L = sink_k.shape[1], ring_k.shape[2]
-    R = live_ring_len(fill, L) if ring_len is None else ring_len
+    P = T if block is None else min(block, T)
+    if ring_len is None:
+        ring_len = live_ring_len(fill, L) if P == T else L - 1
+    R = ring_len
+    assert P == T or R == L - 1, "blocks after the first see the L - 1 keys before them"
     scale = D**-0.5
     t = torch.arange(T, device=q.device)
 
-    # Window: the newest R ring entries, oldest first, then the chunk; one RoPE table for all.
+    # Window: the newest R ring entries, oldest first, then the chunk; in blocks of P queries,
+    # each seeing the R keys before it. One RoPE table for all: key i of a block at i, query j at R + j.
     ring_idx = (head[:, None] - R + torch.arange(R, device=q.device)[None, :]) % L  # [B, R]
-    k_win = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new], dim=2)  # [B, Hkv, R+T, D]
-    v_win = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new], dim=2)
-    k_win = apply_rope(k_win, cos[: R + T], sin[: R + T])
-    q_win = apply_rope(q, cos[R + t], sin[R + t])  # [B, H, T, D]
+    k_seq = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new], dim=2)  # [B, Hkv, R+T, D]
+    v_seq = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new], dim=2)
+    k_win, v_win = windows(k_seq, R, P), windows(v_seq, R, P)  # [B * nb, Hkv, R + P, D]
+    k_win = apply_rope(k_win, cos[: R + P], sin[: R + P])
+    q_win = apply_rope(blocks(q, P), cos[R : R + P], sin[R : R + P])  # [B * nb, H, P, D]
     if bias is None:
-        bias = window_bias(fill, T, R, L, q.dtype)
+        bias = window_bias(block_fill(fill, T, P), P, R, L, q.dtype)
     out, lse = flash(q_win, k_win, v_win, bias, scale)
+    out, lse = unblocks(out, B, T), unblocks(lse, B, T)  # [B, H, T, D], [B, H, T]
     if S == 0:
         return out, lse
 

@@ -34,10 +34,15 @@ import torch
 import torch.nn.functional as F
 
 from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
-from logstream.kernels.flash_cpu import window_bias
+from logstream.kernels.flash_cpu import block_fill, window_bias
 from logstream.kernels.reference import apply_rope, rope_tables
 
 StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngine.device_step`'s signature
+# On the CPU (flash_cpu) a step holds up to this many chunks: when fewer streams have tokens
+# left, each takes several chunks at once, as blocks of one batch (kernels/flash_cpu.py). A
+# lone stream would otherwise run one chunk a step, at a third of the tokens/s of 20 streams
+# (docs/benchmarks.md, "Several chunks a step").
+CPU_STEP_CHUNKS = 16
 
 
 @dataclass
@@ -66,7 +71,8 @@ class StreamingEngine:
 
     `score` takes token ids per line for any number of streams and returns
     the surprisal (NLL, nats) of every token given the sinks and the stream's
-    window. `chunk_tokens` bounds the tokens per stream per forward step.
+    window. `chunk_tokens` bounds the tokens per stream per forward step; on the CPU a
+    stream may take several chunks in one step when few streams are active (`step_chunks`).
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class StreamingEngine:
         dtype: torch.dtype = torch.float32,
         offload: bool = False,
         int8_ring: bool = False,
+        step_chunks: int = CPU_STEP_CHUNKS,
     ) -> None:
         config = model.config
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -94,6 +101,7 @@ class StreamingEngine:
         self.window = window
         self.max_streams = max_streams
         self.chunk_tokens = min(chunk_tokens, window)
+        self.step_chunks = step_chunks  # on the CPU: chunks a step holds in all (`CPU_STEP_CHUNKS`)
         self.vocab_size = config.vocab_size
 
         rotary = self.decoder.rotary_emb
@@ -224,9 +232,12 @@ class StreamingEngine:
         without the [B, T, V] log-softmax; full log-probs only for the B last positions.
         """
         B, T = tokens.shape
+        P = min(T, self.chunk_tokens)  # queries per block: T > P only on the CPU (`step_chunks`)
         bias = None  # the CPU window mask, the same for every layer: built once
         if backend_for(tokens) == "flash_cpu":
-            bias = window_bias(None if fill_all else fill, T, ring_len, self.window, self.dtype)
+            bias = window_bias(
+                None if fill_all else block_fill(fill, T, P), P, ring_len, self.window, self.dtype
+            )
         x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
@@ -239,15 +250,18 @@ class StreamingEngine:
                 rings = ((ring_k[slots] * ks[slots]).to(q.dtype), (ring_v[slots] * vs[slots]).to(q.dtype))
                 at = torch.arange(B, device=slots.device)
             out, _ = sink_ring_attention(
-                q, k, v, *sinks, *rings, at, head, fill, self.cos, self.sin, ring_len, bias
+                q, k, v, *sinks, *rings, at, head, fill, self.cos, self.sin, ring_len, bias, P
             )  # [B, H, T, D]
+            written_head, written_len = head, chunk_len
+            if self.window < T:  # several blocks: only the last L tokens stay in the ring
+                k, v, written_head, written_len = self._ring_tail(k, v, head, chunk_len)
             if self.ring_scales is None:
-                ring_write(ring_k, ring_v, slots, head, k, v, chunk_len)
+                ring_write(ring_k, ring_v, slots, written_head, k, v, written_len)
             else:
                 k8, k_scale = quantize_int8(k)  # [B, Hkv, T, D] int8, [B, Hkv, T, 1] fp32
                 v8, v_scale = quantize_int8(v)
-                ring_write(ring_k, ring_v, slots, head, k8, v8, chunk_len)
-                ring_write(ks, vs, slots, head, k_scale, v_scale, chunk_len)
+                ring_write(ring_k, ring_v, slots, written_head, k8, v8, written_len)
+                ring_write(ks, vs, slots, written_head, k_scale, v_scale, written_len)
             x = self._finish_layer(layer, x, out)
         h = rms_norm(x, self.decoder.norm.weight, self.eps)
         logits = self.model.lm_head(h).float()  # [B, T, V]
@@ -261,6 +275,17 @@ class StreamingEngine:
         padding = torch.arange(T, device=tokens.device)[None] >= chunk_len[:, None]  # [B, T]
         return nll.masked_fill(padding, 0.0), last
 
+    def _ring_tail(
+        self, k: torch.Tensor, v: torch.Tensor, head: torch.Tensor, chunk_len: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk's last min(chunk_len, L) tokens and where they go: k, v [B, Hkv, T, D] ->
+        ([B, Hkv, L, D] x 2, head [B], len [B]); token i of the chunk goes to (head + i) mod L."""
+        L = self.window
+        start = (chunk_len - L).clamp(min=0)  # [B]
+        index = (start[:, None] + torch.arange(L, device=k.device))[:, None, :, None]  # [B, 1, L, 1]
+        index = index.expand(-1, k.shape[1], -1, k.shape[3])  # [B, Hkv, L, D]
+        return k.gather(2, index), v.gather(2, index), (head + start) % L, chunk_len - start
+
     def _step(self, states: list[StreamState], chunks: list[list[int]]) -> torch.Tensor:
         """Host bookkeeping around one device step over a ragged batch; returns token NLL [B, T]."""
         B, T = len(chunks), max(len(c) for c in chunks)
@@ -271,7 +296,8 @@ class StreamingEngine:
             [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
         ).T.contiguous()  # [4, B]: slots, head, fill, chunk_len; rows contiguous (kernels take pointers)
         previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
-        ring_len = self.ring_len(states)
+        # blocks after the first see the L - 1 keys before them (kernels/flash_cpu.py)
+        ring_len = self.ring_len(states) if self.chunk_tokens >= T else self.window - 1
         fill_all = min(s.fill for s in states) >= ring_len
         nll, last = (self.step_fn or self.device_step)(
             tokens.to(self.device), previous, *cache.to(self.device), ring_len, fill_all
@@ -384,6 +410,15 @@ class StreamingEngine:
             results.update(self._score_group({s: lines_by_stream[s] for s in group}))
         return results
 
+    def _chunks_per_stream(self, active: int) -> int:
+        """Chunks each of `active` streams takes in one step: 1, or on the CPU up to
+        `step_chunks` in all (a step's rows are stream x block there). Not with an int8
+        ring: a later block would see the earlier ones' K/V unrounded, so a stream's scores
+        would depend on how many other streams were active."""
+        if backend_for(self.ring_k) != "flash_cpu" or self.ring_scales is not None:
+            return 1
+        return max(1, self.step_chunks // active)
+
     def _score_group(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
         results: dict[str, list[np.ndarray]] = {s: [] for s, lines in lines_by_stream.items() if not lines}
         lines_by_stream = {s: lines for s, lines in lines_by_stream.items() if lines}
@@ -398,7 +433,8 @@ class StreamingEngine:
         nll_parts: dict[str, list[torch.Tensor]] = {s: [] for s in pending}
         offset = dict.fromkeys(pending, 0)
         while active := [s for s in pending if offset[s] < len(pending[s])]:
-            chunks = [pending[s][offset[s] : offset[s] + self.chunk_tokens] for s in active]
+            n = self.chunk_tokens * self._chunks_per_stream(len(active))
+            chunks = [pending[s][offset[s] : offset[s] + n] for s in active]
             nll = self._step([states[s] for s in active], chunks)
             for b, s in enumerate(active):
                 nll_parts[s].append(nll[b, : len(chunks[b])])

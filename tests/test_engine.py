@@ -274,3 +274,48 @@ def test_int8_ring_within_stated_tolerance_and_offloads_exactly() -> None:
     probe = {"a": [[7, 8, 9]]}
     got, want = tight.score(probe)["a"], roomy.score(probe)["a"]
     assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("int8_ring", [False, True], ids=["fp32", "int8"])
+def test_few_streams_take_several_chunks_a_step_with_the_same_scores(int8_ring: bool) -> None:
+    """On the CPU a stream takes several chunks in one step when few streams are active
+    (`step_chunks`): 4x fewer steps for these streams, and the same token NLLs, next-token
+    log-probs and rings (only the last L tokens of a long chunk are written) as one chunk a step.
+    An int8 ring keeps one chunk a step (a later block would see unrounded K/V)."""
+    model = tiny_llama(2, seed=7)
+    gen = torch.Generator().manual_seed(9)
+    history = {s: [torch.randint(3, VOCAB, (n,), generator=gen).tolist()] for s, n in [("a", 3), ("b", 9)]}
+    batch = {  # ragged: "a" has 61 tokens over 4 lines, "b" 12; rings of 13 wrap many times
+        "a": [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in (20, 1, 33, 7)],
+        "b": [torch.randint(3, VOCAB, (12,), generator=gen).tolist()],
+    }
+    engines, steps = {}, {}
+    for chunks in (1, 8):
+        engine = StreamingEngine(
+            copy.deepcopy(model), [1, 7, 11], window=13, max_streams=3, chunk_tokens=5, device="cpu",
+            int8_ring=int8_ring, step_chunks=chunks,
+        )  # fmt: skip
+        engine.score(history)
+        calls: list[torch.Size] = []
+
+        def step(*args: object, engine: StreamingEngine = engine, calls: list[torch.Size] = calls) -> object:
+            calls.append(args[0].shape)  # tokens [B, T]
+            return engine.device_step(*args)
+
+        engine.step_fn = step
+        engines[chunks], steps[chunks] = (engine, engine.score(batch)), calls
+    assert len(steps[1]) == 13  # a: ceil(61 / 5) chunks
+    if int8_ring:
+        assert steps[8] == steps[1]
+    else:  # 4 chunks a step while b has tokens, then 8 alone
+        assert len(steps[8]) == 3 and max(shape[1] for shape in steps[8]) == 40 > 13
+    (one, want), (many, got) = engines[1], engines[8]
+    for s in batch:
+        for g, w in zip(got[s], want[s], strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            many.streams[s].last_logprobs, one.streams[s].last_logprobs, atol=1e-5, rtol=1e-5
+        )
+        assert (many.streams[s].head, many.streams[s].fill) == (one.streams[s].head, one.streams[s].fill)
+    torch.testing.assert_close(many.ring_k, one.ring_k, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(many.ring_v, one.ring_v, atol=1e-5, rtol=1e-5)

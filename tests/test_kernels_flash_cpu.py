@@ -2,7 +2,8 @@
 
 The same cases as the Triton tests, run directly (no interpreter): wrap-around, partial and
 empty rings, ragged fills, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a
-power of two; the live-ring bound and the shared mask give the same numbers as the defaults.
+power of two; the live-ring bound and the shared mask give the same numbers as the defaults;
+a chunk longer than the ring, in blocks, gives the reference's numbers block by block.
 """
 
 from __future__ import annotations
@@ -62,3 +63,33 @@ def test_ring_len_bound_and_shared_mask_change_nothing() -> None:
     want = flash_cpu.sink_ring_attention(**partial)  # R = max fill = 40
     got = flash_cpu.sink_ring_attention(**partial, ring_len=64)  # rounded up: extra entries masked
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_blocks_equal_the_reference_one_block_at_a_time() -> None:
+    """A chunk longer than the ring (T = 3 blocks + 2 > L) in one call, in blocks of P queries,
+    equals the reference run a block at a time with each block's K/V written to the ring before
+    the next: ragged lengths over full, partial and empty rings."""
+    P = 11
+    c = Case(B=3, T=3 * P + 2, L=13, S=4, seed=7)
+    inputs = make_inputs(c, fill=[c.L, 5, 0], head=[4, 5, 0])
+    chunk_len = torch.tensor([c.T, 20, P + 1])  # real tokens per stream; the rest is padding
+    got_out, got_lse = flash_cpu.sink_ring_attention(**inputs, block=P)  # type: ignore[arg-type]
+    assert got_out.shape == inputs["q"].shape and got_lse.shape == inputs["q"].shape[:3]
+
+    ring_k, ring_v = inputs["ring_k"].clone(), inputs["ring_v"].clone()
+    head, fill = inputs["head"].clone(), inputs["fill"].clone()
+    for start in range(0, c.T, P):
+        part = slice(start, start + P)
+        k, v = inputs["k_new"][:, :, part], inputs["v_new"][:, :, part]
+        step = dict(inputs, q=inputs["q"][:, :, part], k_new=k, v_new=v, head=head, fill=fill)
+        want_out, want_lse = reference.sink_ring_attention(**dict(step, ring_k=ring_k, ring_v=ring_v))
+        n = (chunk_len - start).clamp(0, P)  # [B] real queries in this block
+        for b in range(c.B):
+            torch.testing.assert_close(
+                got_out[b, :, part][:, : n[b]], want_out[b, :, : n[b]], atol=2e-5, rtol=2e-5
+            )
+            torch.testing.assert_close(
+                got_lse[b, :, part][:, : n[b]], want_lse[b, :, : n[b]], atol=2e-5, rtol=2e-5
+            )
+        reference.ring_write(ring_k, ring_v, inputs["slots"], head, k, v, n)
+        head, fill = (head + n) % c.L, (fill + n).clamp(max=c.L)
