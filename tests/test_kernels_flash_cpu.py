@@ -76,13 +76,17 @@ def test_blocks_equal_the_reference_one_block_at_a_time() -> None:
     got_out, got_lse = flash_cpu.sink_ring_attention(**inputs, block=P)  # type: ignore[arg-type]
     assert got_out.shape == inputs["q"].shape and got_lse.shape == inputs["q"].shape[:3]
 
-    ring_k, ring_v = inputs["ring_k"].clone(), inputs["ring_v"].clone()
+    rings = {"ring_k": inputs["ring_k"].clone(), "ring_v": inputs["ring_v"].clone()}  # written block by block
     head, fill = inputs["head"].clone(), inputs["fill"].clone()
     for start in range(0, c.T, P):
         part = slice(start, start + P)
         k, v = inputs["k_new"][:, :, part], inputs["v_new"][:, :, part]
-        step = dict(inputs, q=inputs["q"][:, :, part], k_new=k, v_new=v, head=head, fill=fill)
-        want_out, want_lse = reference.sink_ring_attention(**dict(step, ring_k=ring_k, ring_v=ring_v))
+        step = (
+            inputs
+            | rings
+            | {"q": inputs["q"][:, :, part], "k_new": k, "v_new": v, "head": head, "fill": fill}
+        )
+        want_out, want_lse = reference.sink_ring_attention(**step)
         n = (chunk_len - start).clamp(0, P)  # [B] real queries in this block
         for b in range(c.B):
             torch.testing.assert_close(
@@ -91,5 +95,5 @@ def test_blocks_equal_the_reference_one_block_at_a_time() -> None:
             torch.testing.assert_close(
                 got_lse[b, :, part][:, : n[b]], want_lse[b, :, : n[b]], atol=2e-5, rtol=2e-5
             )
-        reference.ring_write(ring_k, ring_v, inputs["slots"], head, k, v, n)
+        reference.ring_write(rings["ring_k"], rings["ring_v"], inputs["slots"], head, k, v, n)
         head, fill = (head + n) % c.L, (fill + n).clamp(max=c.L)
