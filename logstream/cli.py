@@ -191,6 +191,18 @@ def check_out_file(path: Path | None, option: str) -> None:
         raise fail(f"{option}: folder {path.parent} does not exist")
 
 
+def check_paths(inputs: list[Path], model: Path | None) -> None:
+    """Fail on a missing or unusable input file or model directory in a fraction of a second:
+    before the command imports torch and transformers, which take seconds."""
+    from logstream.inputs import check_file
+    from logstream.metadata import read_model_meta
+
+    for path in inputs:
+        check_file(path)
+    if model is not None:
+        read_model_meta(model)
+
+
 def check_out_dir(path: Path, option: str) -> None:
     """A model directory: new (parents are created), or an existing directory; never a file."""
     for part in (path, *path.parents):
@@ -246,6 +258,7 @@ def train_command(
     ] = False,
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
+    check_paths(inputs, from_model)
     from logstream.inputs import (
         InputStats,
         line_parser,
@@ -466,16 +479,17 @@ def replay_command(
     ] = False,
 ) -> None:
     """Backtest: stream a file through the detector as if live, then show the anomalies by template."""
-    from logstream.groups import anomaly_groups, mark_new_words
-    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay, unit_texts
-
     if deliver and alerts is None:
         raise fail("--deliver needs --alerts FILE")
     check_out_file(out, "--out")
     check_out_file(report_path, "--report")
+    check_paths([input, *([labels] if labels is not None else [])], model)
     from logstream.alerts.config import load_config as load_alerts_config
 
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
+    from logstream.groups import anomaly_groups, mark_new_words
+    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay, unit_texts
+
     options = ReplayOptions(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value,
@@ -601,13 +615,8 @@ def tail_command(
     quiet_sources: QuietSourcesOpt = True,
 ) -> None:
     """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies."""
-
-    from logstream.alerts.config import AlertConfigError
-    from logstream.alerts.outbox import OutboxError
-    from logstream.alerts.pipeline import open_alert_sink
-    from logstream.detector import Detector
-    from logstream.inputs import compile_stream_key
-    from logstream.live import STDIN, TailOptions, run_tail
+    from logstream.inputs import STDIN, compile_stream_key
+    from logstream.metadata import read_model_meta
 
     if inputs.count(STDIN) > 1:
         raise fail("tail: - (stdin) can be given once")
@@ -615,6 +624,13 @@ def tail_command(
         if name != STDIN and not Path(name).is_file():
             raise fail(f"tail: {name} is not a file")
     compile_stream_key(stream_key)  # InputError naming --stream-key if RE2 cannot run it
+    read_model_meta(model)  # a wrong --model fails before the model code loads
+    from logstream.alerts.config import AlertConfigError
+    from logstream.alerts.outbox import OutboxError
+    from logstream.alerts.pipeline import open_alert_sink
+    from logstream.detector import Detector
+    from logstream.live import TailOptions, run_tail
+
     detector = Detector.load(model, false_alarm_rate=false_alarm_rate, threshold=threshold)
     key = stream_key or detector.meta.get("stream_key")
     compile_stream_key(key)  # the model's own key (checked when it was trained)

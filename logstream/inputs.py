@@ -29,6 +29,7 @@ from logstream.regex import Pattern, RegexError, compile_safe
 from logstream.settings import InputSettings
 
 FORMATS = ("lines", "sessions")
+STDIN = "-"  # an input name that means standard input (`logstream tail -`)
 
 
 class InputError(UserError):

@@ -39,14 +39,13 @@ from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.stdin import read_stdin
 from logstream.detector import Detector
 from logstream.event_time import with_event_time
-from logstream.inputs import line_parser
+from logstream.inputs import STDIN, line_parser
 from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord
 from logstream.settings import InputSettings
 
 log = structlog.get_logger(__name__)
 
-STDIN = "-"
 QUEUE_RECORDS = 4096  # records read but not yet scored (readers wait beyond it)
 MAX_BATCH = 256  # records scored together at most (serve's kafka.max_poll_records default)
 POLL_SECONDS = 0.2  # how often a waiting loop looks at the stop flag

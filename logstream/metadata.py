@@ -18,7 +18,9 @@ catastrophically backtracking pattern beyond that.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -39,6 +41,7 @@ from logstream.regex import RegexError, compile_safe
 from logstream.scoring import Calibration
 
 META_VERSION = 2  # 2: calibrated tails (scores in -log10 p); 1 had raw quantile thresholds
+META_FILE = "logstream.json"
 
 # Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim
 # floats up front, so the bound is what keeps a bad file from asking for terabytes.
@@ -163,6 +166,27 @@ def validate_meta(meta: Any, source: str = "logstream.json") -> dict[str, Any]:
         raise ModelDirError(f"{source}: {field}: {_one_line(reason)}{suffix}") from None
     except RecursionError:
         raise ModelDirError(f"{source}: nested too deeply") from None
+    return meta
+
+
+def read_model_meta(directory: Path) -> dict[str, Any]:
+    """A model directory's checked `logstream.json`, or a ModelDirError naming what is wrong.
+
+    Free of torch and transformers, so that the CLI refuses a wrong path in a fraction of a
+    second, before it loads the model code (`model.load_model_dir` reads the weights after).
+    """
+    if not directory.is_dir():
+        raise ModelDirError(f"model directory {directory} does not exist (train one: logstream train)")
+    meta_path = directory / META_FILE
+    if not meta_path.is_file():
+        raise ModelDirError(f"{directory} is not a logstream model directory: no {META_FILE}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ModelDirError(f"{meta_path} is damaged: {exc}") from None
+    meta = validate_meta(meta, str(meta_path))
+    if not any(directory.glob("*.safetensors")):
+        raise ModelDirError(f"{directory} has no .safetensors weights (pickle files are never loaded)")
     return meta
 
 

@@ -16,11 +16,10 @@ from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from logstream.metadata import META_VERSION, ModelDirError, validate_meta
+from logstream.metadata import META_FILE, META_VERSION, ModelDirError, read_model_meta
 from logstream.presets import PRESETS
 from logstream.tokenizer import LineTokenizer
 
-META_FILE = "logstream.json"
 # Checkpoints with the Llama tensor layout that the engine's own forward can run.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -62,18 +61,7 @@ def save_model_dir(
 def load_model_dir(directory: Path | str) -> tuple[torch.nn.Module, LineTokenizer, dict[str, Any]]:
     """(model in eval mode, tokenizer, meta) or a ModelDirError naming what is wrong."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise ModelDirError(f"model directory {directory} does not exist (train one: logstream train)")
-    meta_path = directory / META_FILE
-    if not meta_path.is_file():
-        raise ModelDirError(f"{directory} is not a logstream model directory: no {META_FILE}")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ModelDirError(f"{meta_path} is damaged: {exc}") from None
-    meta = validate_meta(meta, str(meta_path))
-    if not any(directory.glob("*.safetensors")):
-        raise ModelDirError(f"{directory} has no .safetensors weights (pickle files are never loaded)")
+    meta = read_model_meta(directory)
     try:
         config = AutoConfig.from_pretrained(directory, trust_remote_code=False)
         if config.model_type not in SUPPORTED_MODEL_TYPES:

@@ -228,6 +228,36 @@ def test_help_does_not_import_torch() -> None:
     assert "HEAVY []" in result.stdout and "--report" in result.stdout
 
 
+def test_wrong_paths_fail_before_torch_loads(cli_model: Path, tmp_path: Path) -> None:
+    """A missing input, labels file or model directory is refused, one line and exit 2, before
+    the command imports torch or transformers (seconds): a typo answers at once."""
+    log = write_lines(tmp_path / "x.log", ["a line"])
+    cases = [
+        (["replay", tmp_path / "missing.log", "--model", cli_model], "no such file"),
+        (["replay", log, "--model", tmp_path / "nope"], "does not exist"),
+        (["replay", log, "--model", cli_model, "--labels", tmp_path / "missing.labels"], "no such file"),
+        (["train", tmp_path / "missing.log", "--out", tmp_path / "m"], "no such file"),
+        (["train", log, "--out", tmp_path / "m", "--from", tmp_path / "nope"], "does not exist"),
+        (["tail", log, "--model", tmp_path / "nope"], "does not exist"),
+    ]
+    code = (
+        "import json, sys\n"
+        "from logstream.cli import main\n"
+        "sys.argv = ['logstream', *json.loads(sys.argv[1])]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    for args, needle in cases:
+        result = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(list(map(str, args)))],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2 and needle in result.stderr, (args, result.stderr)
+        assert "HEAVY []" in result.stdout, (args, result.stdout)
+
+
 def test_preset_names_match_the_model_presets() -> None:
     """The CLI's preset names (kept so --help need not import torch) are the model's presets."""
     from logstream.cli import PRESET_NAMES
