@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
 
 from logstream.records import LogRecord
 
@@ -75,10 +76,24 @@ def with_event_time(
 
 
 def _iso(match: re.Match[str]) -> float:
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    fraction, zone = match.group(7), match.group(8)
-    parsed = datetime(year, month, day, hour, minute, second, tzinfo=_zone(zone))
-    return parsed.timestamp() + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    stamp = _minute_start(year, month, day, hour, minute, zone) + _second(int(second))
+    return stamp + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
+
+
+@lru_cache(maxsize=1024)
+def _minute_start(year: str, month: str, day: str, hour: str, minute: str, zone: str | None) -> float:
+    """Unix time of the minute's start, from its digits; ValueError if there is no such minute.
+    Cached: a log's lines share their minutes, and building a datetime was most of a line's
+    parse time."""
+    stamp = datetime(int(year), int(month), int(day), int(hour), int(minute), tzinfo=_zone(zone))
+    return stamp.timestamp()
+
+
+def _second(second: int) -> int:
+    if second > 59:  # as datetime() refuses it (no leap seconds)
+        raise ValueError(f"second must be in 0..59, not {second}")
+    return second
 
 
 def _zone(zone: str | None) -> timezone:
@@ -93,11 +108,11 @@ def _syslog(match: re.Match[str], now: float) -> float | None:
     month = _MONTHS.get(match.group(1))
     if month is None:
         return None
-    day, hour, minute, second = (int(g) for g in match.groups()[1:])
+    day, hour, minute, second = match.groups()[1:]
     year = datetime.fromtimestamp(now, UTC).year
     for candidate in (year, year - 1):
         try:
-            stamp = datetime(candidate, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+            stamp = _minute_start(str(candidate), str(month), day, hour, minute, None) + _second(int(second))
         except ValueError:  # Feb 29 outside a leap year: try the year before
             continue
         if stamp <= now + FUTURE_SLACK_SECONDS:

@@ -44,6 +44,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 
 from logstream.alerts.context import LineContext
+from logstream.consumers.file import read_file
 from logstream.detector import Detector, ScoredLine
 from logstream.explain import Explanation
 from logstream.groups import Group, Grouper
@@ -442,7 +443,8 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
     # every line into one `default` stream)
     saved = detector.meta.get("stream_key") if detector is not None else None
     parser = line_parser(options.stream_key or saved)
-    count = sum(1 for _ in read_records(options.input, stats, parser))  # and the bad input, once only
+    # the count, and the bad input once only; no event times, which only scoring reads
+    count = sum(1 for _ in read_file(options.input, parser, stats))
     if not count:
         raise InputError(f"{options.input}: no line to score ({stats.as_dict()} skipped)")
     labels = np.array(read_labels(options.labels, count), dtype=np.int8) if options.labels else None

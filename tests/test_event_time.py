@@ -54,6 +54,10 @@ def test_syslog_from_the_future_is_last_year() -> None:
         "",
         "2026-13-40T08:00:03Z impossible date",
         "2026-11-02T25:00:03Z impossible hour",
+        "2026-11-02T08:00:60Z no leap seconds",
+        "2026-11-02T08:00:03+25:00 zone out of range",
+        "Jun 14 15:16:60 host no leap seconds",
+        "Feb 29 08:00:03 host: not a leap year in 2026 nor 2025",
         "Foo 14 15:16:01 not a month",
         "12026-11-02T08:00:03Z five-digit year",
         "2026-11-02T08:00:030 too many digits",
@@ -64,6 +68,16 @@ def test_syslog_from_the_future_is_last_year() -> None:
 def test_no_timestamp_is_none(line: str) -> None:
     """A line without a valid timestamp at its start has no event time (never an error)."""
     assert line_time(line, now=NOW) is None
+
+
+def test_lines_of_one_minute_keep_their_own_seconds() -> None:
+    """Lines share a minute's start (cached), never their seconds, fractions or zones."""
+    for second in (0, 59, 7, 0):
+        for fraction, micro in (("", 0), (".25", 250_000)):
+            line = f"2026-11-02T08:00:{second:02d}{fraction}Z x"
+            assert line_time(line, now=NOW) == utc(2026, 11, 2, 8, 0, second, micro=micro), line
+    assert line_time("2026-11-02T10:00:07+02:00 x", now=NOW) == utc(2026, 11, 2, 8, 0, 7)
+    assert line_time("Jun 14 15:16:59 host", now=NOW) == utc(2026, 6, 14, 15, 16, 59)
 
 
 def test_with_event_time_fills_only_missing_timestamps() -> None:
