@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from logstream.normalize import MAX_LINE_CHARS, MaskRule
+from logstream.normalize import MAX_LINE_CHARS, MaskRule, required_literals
 
 MAX_WORDS = 3  # words named in an explanation
 MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name
@@ -118,8 +118,8 @@ class Explanation:
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled(rules: tuple[MaskRule, ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
-    return tuple((re.compile(r.pattern), r.replacement) for r in rules)
+def _compiled(rules: tuple[MaskRule, ...]) -> tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...]:
+    return tuple((re.compile(r.pattern), r.replacement, required_literals(r)) for r in rules)
 
 
 def mask_with_map(rules: tuple[MaskRule, ...], line: str) -> tuple[str, list[tuple[int, int]]]:
@@ -130,15 +130,20 @@ def mask_with_map(rules: tuple[MaskRule, ...], line: str) -> tuple[str, list[tup
     """
     text = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")  # as Normalizer.mask
     spans = [(i, i + 1) for i in range(len(text))]  # same length as `line`'s head: indexes agree
-    for regex, replacement in _compiled(rules):
+    for regex, replacement, literals in _compiled(rules):
+        if literals and not any(literal in text for literal in literals):
+            continue  # the rule cannot match here (as in `Normalizer.mask`)
+        matches = list(regex.finditer(text))
+        if not matches:
+            continue
         out: list[str] = []
         out_spans: list[tuple[int, int]] = []
         last = 0
-        for match in regex.finditer(text):
+        for match in matches:
             start, end = match.span()
             out.append(text[last:start])
             out_spans += spans[last:start]
-            new = match.expand(replacement)
+            new = match.expand(replacement) if "\\" in replacement else replacement  # no group refs: as is
             if end > start:
                 source = (spans[start][0], spans[end - 1][1])
             else:  # an empty match stands for nothing: anchor it where it is
@@ -172,27 +177,27 @@ def explain_line(
     if replayed != masked:  # custom rules we cannot replay: explain in the masked text itself
         line, spans = masked, [(i, i + 1) for i in range(len(masked))]
     words = list(_WORD.finditer(masked))
-    owner = np.full(len(masked) + 1, -1)  # masked char -> index of the word holding it
+    owner = [-1] * (len(masked) + 1)  # masked char -> index of the word holding it
     for k, m in enumerate(words):
-        owner[m.start() : m.end()] = k
-    nats = np.zeros(len(words))
-    for (start, end), nll in zip(token_offsets, token_nll, strict=False):
-        holders = owner[start:end][owner[start:end] >= 0]
-        if len(holders):
-            nats[holders[0]] += float(nll)
+        owner[m.start() : m.end()] = [k] * (m.end() - m.start())
+    nats = [0.0] * len(words)  # a token's surprisal goes to the first word it touches
+    for (start, end), nll in zip(token_offsets, token_nll.tolist(), strict=False):
+        k = next((k for k in owner[start:end] if k >= 0), -1)
+        if k >= 0:
+            nats[k] += nll
     key_spans = _occurrences(line, stream)
-    candidates = []
-    for k, m in enumerate(words):
+    chosen: list[tuple[int, Word]] = []
+    top = None  # the most surprising word's nats (the stream's own name is not a candidate)
+    for k in sorted(range(len(words)), key=lambda k: -nats[k]):  # stable: ties in line order
+        m = words[k]
         start, end = spans[m.start()][0], spans[m.end() - 1][1]
         if any(start < b and a < end for a, b in key_spans):
             continue  # the stream's own name: given, not evidence
+        top = nats[k] if top is None else top
+        if len(chosen) == MAX_WORDS or nats[k] < max(MIN_WORD_NATS, RELATIVE_CUT * top):
+            break  # the rest are less surprising still
         placeholder = _PLACEHOLDER.fullmatch(m.group()) is not None and line[start:end] != m.group()
-        candidates.append(
-            (k, Word(line[start:end], start, end, float(nats[k]), m.group() if placeholder else None))
-        )
-    candidates.sort(key=lambda kw: -kw[1].nats)
-    top = candidates[0][1].nats if candidates else 0.0
-    chosen = [(k, w) for k, w in candidates[:MAX_WORDS] if w.nats >= max(MIN_WORD_NATS, RELATIVE_CUT * top)]
+        chosen.append((k, Word(line[start:end], start, end, nats[k], m.group() if placeholder else None)))
     return Explanation(
         line=line,
         words=tuple(w for _, w in chosen),

@@ -113,6 +113,12 @@ _REQUIRED_LITERALS = {
 }
 _PREFILTERS = {rule.pattern: _REQUIRED_LITERALS.get(rule.name, ()) for rule in DEFAULT_RULES}
 
+
+def required_literals(rule: MaskRule) -> tuple[str, ...]:
+    """Literals one of which a line must hold for `rule` to match (empty: no such knowledge)."""
+    return _PREFILTERS.get(rule.pattern, ())
+
+
 LEVELS = {
     "TRACE": "debug", "DEBUG": "debug", "INFO": "info", "NOTICE": "info",
     "WARN": "warning", "WARNING": "warning", "ERROR": "error", "ERR": "error",
@@ -127,9 +133,7 @@ class Normalizer:
 
     def __init__(self, rules: tuple[MaskRule, ...] | list[MaskRule] = DEFAULT_RULES) -> None:
         self.rules = tuple(rules)
-        self._compiled = [
-            (re.compile(r.pattern), r.replacement, _PREFILTERS.get(r.pattern, ())) for r in self.rules
-        ]
+        self._compiled = [(re.compile(r.pattern), r.replacement, required_literals(r)) for r in self.rules]
 
     def mask(self, line: str) -> str:
         line = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")
