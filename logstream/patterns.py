@@ -23,6 +23,7 @@ import hashlib
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from drain3 import TemplateMiner
 from drain3.template_miner_config import TemplateMinerConfig
@@ -38,6 +39,7 @@ class Template:
 MAX_TEMPLATES = 10_000
 
 
+@lru_cache(maxsize=MAX_TEMPLATES)  # every line asks for its template's id; templates are few
 def template_id(text: str) -> int:
     """A stable 48-bit id of a template's text (the same in every process)."""
     return int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:6], "big")

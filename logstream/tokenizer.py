@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"  # EOS = end of stream
+# Masked lines whose token ids (and word starts) a LineTokenizer keeps. A log repeats most of
+# its masked lines (4 in 5 of loghub's samples, 6 in 7 of the synthetic web log), so most
+# lines skip BPE; the cache is emptied when full, which bounds it (a few MB) and keeps it
+# exact whatever the input.
+CACHED_LINES = 8192
 
 
 def train_tokenizer(
@@ -61,6 +67,8 @@ class LineTokenizer:
         self._all_space = np.array([t.isspace() for t in texts])
         self._first_class = np.array([_char_class(t[:1]) for t in texts])
         self._last_class = np.array([_char_class(t[-1:]) for t in texts])
+        self._ids: dict[str, tuple[int, ...]] = {}  # masked line -> its token ids
+        self._starts: dict[tuple[int, ...], np.ndarray] = {}  # token ids -> word starts, read-only
 
     def word_starts(self, ids: list[int]) -> np.ndarray:
         """Which tokens of a line begin a word: a pre-token of the byte-level BPE (a run of
@@ -69,26 +77,40 @@ class LineTokenizer:
         With `merge_across_words` a token may hold several words; it counts as one."""
         if len(ids) == 1:  # a whole line as one token (merges across words): skip numpy's overhead
             return np.ones(1, dtype=bool)
+        key = tuple(ids)
+        if (starts := self._starts.get(key)) is not None:
+            return starts
         ids_ = np.asarray(ids)
         starts = self._leading_space[ids_]
         class_change = self._first_class[ids_[1:]] != self._last_class[ids_[:-1]]
         starts[1:] |= class_change & ~self._all_space[ids_[:-1]]  # " drop" may be cut as " " + "drop"
         starts[:1] = True
+        starts.flags.writeable = False  # shared by every line with these ids
+        if len(self._starts) >= CACHED_LINES:
+            self._starts.clear()
+        self._starts[key] = starts
         return starts
 
     def encode_lines(self, masked_lines: list[str]) -> list[list[int]]:
         """Token ids of each `line + newline`; overlong lines keep their head and the newline."""
-        # the _fast batch call skips the character offsets, which only explanations need
-        encodings = self._fast.encode_batch_fast(
-            [line + "\n" for line in masked_lines], add_special_tokens=False
+        cached = [self._ids.get(line) for line in masked_lines]
+        missing = list(
+            dict.fromkeys(line for line, ids in zip(masked_lines, cached, strict=True) if ids is None)
         )
-        out = []
-        for enc in encodings:
+        # the _fast batch call skips the character offsets, which only explanations need
+        encodings = self._fast.encode_batch_fast([line + "\n" for line in missing], add_special_tokens=False)
+        found = {}
+        for line, enc in zip(missing, encodings, strict=True):
             ids = enc.ids
             if len(ids) > self.max_line_tokens:
                 ids = ids[: self.max_line_tokens - 1] + ids[-1:]
-            out.append(ids)
-        return out
+            found[line] = tuple(ids)
+        if len(self._ids) + len(found) > CACHED_LINES:
+            self._ids.clear()
+        self._ids.update(islice(found.items(), CACHED_LINES))
+        return [
+            list(found[line] if ids is None else ids) for line, ids in zip(masked_lines, cached, strict=True)
+        ]
 
     def token_text(self, token_id: int) -> str:
         return self.hf.decode([token_id])

@@ -10,7 +10,9 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+import logstream.tokenizer as tokenizer_module
 from logstream.detector import Detector
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
@@ -54,6 +56,33 @@ def test_a_token_of_several_words_is_one_word_of_the_line_score() -> None:
     assert lines.word_starts(lines.encode_lines([COMMON])[0]).tolist() == [True]
     unseen = [t.word_starts(t.encode_lines([OOM])[0]) for t in (words, lines)]
     assert unseen[1].sum() == unseen[0].sum() > 10
+
+
+def test_repeated_lines_get_the_ids_and_word_starts_of_a_fresh_tokenizer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache of masked lines is exact: lines met before (in this batch or an earlier one,
+    also after the cache was emptied for being full) get the ids and word starts a tokenizer
+    that never saw them computes. A caller may change the ids it got without changing the
+    next answer; the shared word starts cannot be written. The cache never holds more than
+    CACHED_LINES lines, whatever one batch brings."""
+    monkeypatch.setattr(tokenizer_module, "CACHED_LINES", 50)
+    hf = train_tokenizer(BASELINE, vocab_size=512)
+    later = [NORMALIZER.mask(line) for line in generate_lines(400, seed=5).lines]
+    batches = [later[:120], later[60:300], later[:400], [OOM, OOM, *later[:3]]]  # repeats within and across
+    cached = LineTokenizer(hf)
+    for batch in batches:
+        got = cached.encode_lines(batch)
+        fresh = LineTokenizer(hf)  # a new cache: every line computed
+        assert got == [fresh.encode_lines([line])[0] for line in batch]
+        for ids in got:
+            assert cached.word_starts(ids).tolist() == fresh.word_starts(ids).tolist()
+        assert len(cached._ids) <= 50 and len(cached._starts) <= 50
+    first = cached.encode_lines([OOM])[0]
+    first.append(7)
+    assert cached.encode_lines([OOM])[0] == first[:-1]
+    starts = cached.word_starts(first[:-1])
+    assert cached.word_starts(first[:-1]) is starts and not starts.flags.writeable
 
 
 def test_train_merge_across_words_saves_a_model_that_scores_the_same_when_loaded(tmp_path: Path) -> None:
