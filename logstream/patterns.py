@@ -99,14 +99,11 @@ class PatternMiner:
         self._miner.drain.get_seq_distance = header_as_one_similarity
 
     def add(self, masked_line: str) -> Mined:
-        result = self._miner.add_log_message(masked_line)
-        text = result["template_mined"]
-        return Mined(
-            template_id(text),
-            text,
-            new=result["change_type"] == "cluster_created",
-            cluster=result["cluster_id"],
-        )
+        # drain3's Drain itself: TemplateMiner.add_log_message adds only its masking, profiling
+        # and persistence, all off here, and a result dict per line
+        cluster, change = self._miner.drain.add_log_message(masked_line)
+        text = cluster.get_template()
+        return Mined(template_id(text), text, new=change == "cluster_created", cluster=cluster.cluster_id)
 
     def match(self, masked_line: str) -> int | None:
         """Template id of the closest known template, without learning; None if new."""
