@@ -82,7 +82,9 @@ def _iso(match: re.Match[str]) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _minute_start(year: str, month: str, day: str, hour: str, minute: str, zone: str | None) -> float:
+def _minute_start(
+    year: str | int, month: str | int, day: str, hour: str, minute: str, zone: str | None
+) -> float:
     """Unix time of the minute's start, from its digits; ValueError if there is no such minute.
     Cached: a log's lines share their minutes, and building a datetime was most of a line's
     parse time."""
@@ -112,7 +114,7 @@ def _syslog(match: re.Match[str], now: float) -> float | None:
     year = datetime.fromtimestamp(now, UTC).year
     for candidate in (year, year - 1):
         try:
-            stamp = _minute_start(str(candidate), str(month), day, hour, minute, None) + _second(int(second))
+            stamp = _minute_start(candidate, month, day, hour, minute, None) + _second(int(second))
         except ValueError:  # Feb 29 outside a leap year: try the year before
             continue
         if stamp <= now + FUTURE_SLACK_SECONDS:
