@@ -78,5 +78,5 @@ def ring_write(
         ring_k, ring_v, k_new, v_new, slots, head, chunk_len,
         *ring_k.stride(), *k_new.stride(),
         T, L,
-        D=D, BLOCK_T=block_t,
+        D=D, BLOCK_T=block_t, enable_fp_fusion=True,  # explicit: Triton 3.10 turns its default off
     )  # fmt: skip

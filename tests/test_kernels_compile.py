@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(
     reason="TRITON_INTERPRET=1 makes the kernels interpreted functions, which do not compile",
 )
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-LAUNCH_OPTIONS = ("num_warps", "num_stages")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
 
 
 class LaunchRecorder:
