@@ -14,7 +14,7 @@ filled slots oldest to newest, then the chunk. RoPE uses cache-relative
 positions (reference.py): window keys and queries at the chunk-relative index
 + L, sinks at 0..S-1 with the query rotated again at its true position. Each
 key is rotated once per program, as two halves, so the score is two dots of
-depth D/2.
+depth D/2 (one dot over both halves when D/2 < 16, the least depth of a dot).
 
 Split-K (flash-decoding): when B x Hkv programs cannot fill the GPU, the
 filled ring is cut into `num_splits` ranges, each program writes a partial
@@ -81,8 +81,13 @@ def _attend_block(
         COS, SIN, pos_k, h, stride_p, kmask,
     )  # fmt: skip
     dt = q1.dtype
-    qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
-    qk = _dot(q2, tl.trans(k2.to(dt)), qk, PRECISION, DOT_F32)
+    if HALF >= 16:
+        qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
+        qk = _dot(q2, tl.trans(k2.to(dt)), qk, PRECISION, DOT_F32)
+    else:  # a dot's depth must be >= 16 (Triton 3.6, sm_90): one dot over the halves side by side
+        q = tl.reshape(tl.join(q1, q2), (q1.shape[0], 2 * HALF))  # [M, D], halves interleaved
+        k = tl.reshape(tl.join(k1.to(dt), k2.to(dt)), (k1.shape[0], 2 * HALF))  # [N, D], the same order
+        qk = _dot(q, tl.trans(k), None, PRECISION, DOT_F32)  # [M, N]
     qk = tl.where(visible, qk * qk_scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     p = tl.math.exp2(qk - m_new[:, None])
@@ -299,7 +304,9 @@ def sink_ring_attention(
     G = H // Hkv
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     # The interpreter runs whole blocks as numpy ops: more rows per program, fewer programs.
-    block_m = max(16, min(triton.next_power_of_2(T * G), 128 if interpret else 64))
+    # IEEE fp32 at D >= 128 holds 64 rows only by spilling with Triton 3.6's ptxas: 32 there.
+    max_rows = 128 if interpret else (32 if dtype == torch.float32 and D >= 128 else 64)
+    block_m = max(16, min(triton.next_power_of_2(T * G), max_rows))
     block_n, num_warps = _block_n_and_warps(D, block_m, dtype)
     programs = triton.cdiv(T * G, block_m) * B * Hkv
     splits = num_splits or _pick_splits(programs, L, q.device)
