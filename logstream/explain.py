@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from logstream.normalize import MAX_LINE_CHARS, MaskRule, required_literals
+from logstream.normalize import MaskRule, clean_line, compile_rules
 
 MAX_WORDS = 3  # words named in an explanation
 MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name
@@ -117,9 +117,7 @@ class Explanation:
                 "novel": self.novel, "summary": self.summary}  # fmt: skip
 
 
-@functools.lru_cache(maxsize=8)
-def _compiled(rules: tuple[MaskRule, ...]) -> tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...]:
-    return tuple((re.compile(r.pattern), r.replacement, required_literals(r)) for r in rules)
+_compiled = functools.lru_cache(maxsize=8)(compile_rules)  # explanations get a model's rules again and again
 
 
 def mask_with_map(rules: tuple[MaskRule, ...], line: str) -> tuple[str, list[tuple[int, int]]]:
@@ -128,7 +126,7 @@ def mask_with_map(rules: tuple[MaskRule, ...], line: str) -> tuple[str, list[tup
     Replays the rules in order as `Normalizer.mask` does (same regexes, same matches), so
     the masked text is identical; a placeholder's characters all map to the matched span.
     """
-    text = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")  # as Normalizer.mask
+    text = clean_line(line)
     spans = [(i, i + 1) for i in range(len(text))]  # same length as `line`'s head: indexes agree
     for regex, replacement, literals in _compiled(rules):
         if literals and not any(literal in text for literal in literals):

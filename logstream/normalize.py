@@ -15,6 +15,7 @@ line without a literal it needs (`_REQUIRED_LITERALS`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 MAX_LINE_CHARS = 4096  # longer lines are cut (and counted by callers): one line, one budget
@@ -114,9 +115,19 @@ _REQUIRED_LITERALS = {
 _PREFILTERS = {rule.pattern: _REQUIRED_LITERALS.get(rule.name, ()) for rule in DEFAULT_RULES}
 
 
-def required_literals(rule: MaskRule) -> tuple[str, ...]:
-    """Literals one of which a line must hold for `rule` to match (empty: no such knowledge)."""
-    return _PREFILTERS.get(rule.pattern, ())
+# A rule ready to run: its regex, its replacement, and the literals one of which a line must
+# hold for it to match (empty: no such knowledge, always run it).
+CompiledRule = tuple[re.Pattern[str], str, tuple[str, ...]]
+
+
+def compile_rules(rules: Iterable[MaskRule]) -> tuple[CompiledRule, ...]:
+    """The rules as `Normalizer.mask` and `explain.mask_with_map` run them."""
+    return tuple((re.compile(r.pattern), r.replacement, _PREFILTERS.get(r.pattern, ())) for r in rules)
+
+
+def clean_line(line: str) -> str:
+    """A raw line as the rules read it: without its line break, cut to MAX_LINE_CHARS, one line."""
+    return line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")
 
 
 LEVELS = {
@@ -133,10 +144,10 @@ class Normalizer:
 
     def __init__(self, rules: tuple[MaskRule, ...] | list[MaskRule] = DEFAULT_RULES) -> None:
         self.rules = tuple(rules)
-        self._compiled = [(re.compile(r.pattern), r.replacement, required_literals(r)) for r in self.rules]
+        self._compiled = compile_rules(self.rules)
 
     def mask(self, line: str) -> str:
-        line = line.rstrip("\r\n")[:MAX_LINE_CHARS].replace("\n", " ")
+        line = clean_line(line)
         for regex, replacement, literals in self._compiled:
             if literals and not any(literal in line for literal in literals):
                 continue  # the rule cannot match here
