@@ -2,8 +2,7 @@
 run one way, so a core module can be read, tested and reused without the commands above it.
 
 Every import counts, also those inside functions (a lazy import is still a dependency);
-those under `if TYPE_CHECKING:` do not (annotations only). The mapped folders are read under
-the names they are imported as (`alerts/` is `logstream.alerts`, see pyproject).
+those under `if TYPE_CHECKING:` do not (annotations only).
 """
 
 from __future__ import annotations
@@ -13,12 +12,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {  # folder -> the package it is imported as (pyproject [tool.setuptools.package-dir])
-    "logstream": "logstream",
-    "kernels": "logstream.kernels",
-    "consumers": "logstream.consumers",
-    "alerts": "logstream.alerts",
-}
+PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts")
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
@@ -37,8 +31,8 @@ CORE = {
 
 def modules() -> dict[str, Path]:
     found = {}
-    for folder, package in PACKAGES.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
+    for package in PACKAGES:
+        for path in sorted(ROOT.joinpath(*package.split(".")).glob("*.py")):
             found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
     return found
 
@@ -101,12 +95,23 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_graph_is_read() -> None:
-    """The reader finds known edges, through the package-dir mapping too (else the checks below
-    would pass on an empty graph)."""
+    """The reader finds known edges, into the subpackages too (else the checks below would pass
+    on an empty graph)."""
     edges = graph()
     assert "logstream.records" in edges["logstream.detector"]
     assert "logstream.consumers.parse" in edges["logstream.live"]
     assert "logstream.alerts.cli" in edges["logstream.cli"]
+
+
+def test_the_repository_root_shadows_no_installed_package() -> None:
+    """Commands run in a checkout have its root on sys.path, and a package there wins over an
+    installed one of the same name. `logstream` is the root's only package and it has no
+    modules: a `kernels/` folder there broke every import of transformers >= 5.25 (which
+    imports HuggingFace's `kernels`). Folders without `__init__.py` (benchmarks/) lose to
+    installed packages, so they may stay."""
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    modules = sorted(p.name for p in ROOT.glob("*.py"))
+    assert (packages, modules) == (["logstream"], [])
 
 
 def test_cycles_are_found() -> None:

@@ -1,0 +1,1 @@
+"""Alert pipeline: routing, grouping, durable outbox, notifiers."""

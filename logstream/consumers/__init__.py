@@ -1,0 +1,1 @@
+"""Sources that yield LogRecords: Kafka, files (with follow mode), stdin; `parse` is the one parser."""
