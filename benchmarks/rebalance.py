@@ -107,7 +107,7 @@ def copy_check(detector: Detector, log: SyntheticLog) -> dict[str, float]:
     lines: the mean surprisal (nats) of the id's tokens, and the line score (-log10 p, serve's
     path), each line scored in its stream's context and alone (a fresh stream)."""
     records = parse_lines(log.lines, STREAM_KEY)
-    detector.online = None  # the model's own tail, not refitted as it goes: one scale for both
+    detector.online = detector.online_capped = None  # the model's own tails, not refitted: one scale
     warm: dict[str, list[float]] = {"id_nats": [], "score": []}
     cold: dict[str, list[float]] = {"id_nats": [], "score": []}
     for record in records:

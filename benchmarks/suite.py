@@ -223,8 +223,10 @@ def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Tr
 
 
 def calibration_of(trained: Trained) -> Calibration:
-    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads it."""
-    return Calibration.from_json(trained.meta["calibration"])
+    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads
+    it, less the capped statistic: these benchmarks compare the raw evidence, not the tails."""
+    calibration = Calibration.from_json(trained.meta["calibration"])
+    return replace(calibration, config=replace(calibration.config, capped_top_k=0))
 
 
 def scores_of(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> np.ndarray:

@@ -51,7 +51,7 @@ def main() -> None:
     results = {}
     for unit, top_k in itertools.product(LINE_UNITS, (0, 1, 2, 3, 4)):
         # raw scores (nats + the model's own severity priors; no tails, no novelty): top-k varies
-        config = dataclasses.replace(detector.scoring, line_top_k=top_k, line_unit=unit)
+        config = dataclasses.replace(detector.scoring, line_top_k=top_k, line_unit=unit, capped_top_k=0)
         calibration = dataclasses.replace(detector.calibration, config=config)
 
         def scores(

@@ -13,8 +13,8 @@ default sensitivity, for:
 - logstream (defaults), and logstream with each piece removed (ablations): the calibrated
   unit (raw nats, each model's own quantile threshold), the GPD tail (empirical tail
   only), severity from content (level field only), the online (DSPOT) refits of the tail,
-  the line score's words (its top 3 of tokens instead); and with novelty added (its default
-  weight is 0: measured not to help);
+  the line score's words (its top 3 of tokens instead), the second, capped statistic (the
+  top 3 words alone); and with novelty added (its default weight is 0: measured not to help);
 - peers without a model: a severity-only rule (error/critical words or level), Drain
   rarity offline (template frequency over the whole file) and online (so far), and
   severity then online rarity.
@@ -134,6 +134,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "- severity from content (level field only)": {"content_severity": False},
     "- online refits (the held-out tail only)": {"refit_every": 0},
     "- words (the top 3 of tokens, the default before stop 14)": {"line_unit": "token"},
+    "- capped statistic (the top 3 words alone, the default before stop 30)": {"capped_top_k": 0},
     "+ template centering (a known template against its usual surprise; default off)": {
         "template_centering": True
     },

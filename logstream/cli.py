@@ -29,7 +29,12 @@ from logstream.demo import write_demo_logs
 from logstream.errors import UserError
 from logstream.feedback_cli import app as feedback_app
 from logstream.models_cli import app as models_app
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K, DEFAULT_LINE_UNIT
+from logstream.scoring import (
+    DEFAULT_CAPPED_TOP_K,
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_LINE_TOP_K,
+    DEFAULT_LINE_UNIT,
+)
 from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
@@ -163,6 +168,7 @@ def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
     line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
     stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT, merge_across_words: bool = False,
+    capped_top_k: int = DEFAULT_CAPPED_TOP_K,
 ) -> TrainConfig:  # fmt: skip
     from logstream.scoring import ScoringConfig
     from logstream.train import TrainConfig
@@ -172,6 +178,7 @@ def _train_config(
     scoring = ScoringConfig(
         line_top_k=line_top_k,
         line_unit=line_unit,
+        capped_top_k=capped_top_k,
         false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE,
     )
     return TrainConfig(
@@ -238,6 +245,14 @@ def train_command(
             "(BPE pieces; the default before stop 14, quieter on some logs: docs/quality.md)."
         ),
     ] = LineUnit.word,
+    capped_top_k: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="The second line score: mean of the k most surprising words, each token's surprisal "
+            "capped at 1.25 ln V (0: off, one score). A line scores the higher of the two (docs/quality.md).",
+        ),
+    ] = DEFAULT_CAPPED_TOP_K,
     from_model: Annotated[
         Path | None,
         typer.Option(
@@ -276,7 +291,7 @@ def train_command(
         raise fail("--prompt-only needs --from MODEL and no --feedback (it changes no weights)")
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
-        stream_key if format is Format.lines else None, line_unit.value, merge_across_words,
+        stream_key if format is Format.lines else None, line_unit.value, merge_across_words, capped_top_k,
     )  # fmt: skip
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:

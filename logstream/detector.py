@@ -10,6 +10,7 @@ line score is `line_evidence`, written once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class ScoredLine:
     template_id: int | None = None
     template: str | None = None
     known_template: int | None = None  # cluster number of the training template it matched (None: new)
+    capped: float | None = None  # nats: the capped statistic's surprisal (scoring; None: off)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (anomalies only)
     kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.quiet)
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
@@ -84,6 +86,8 @@ class LineEvidence:
     surprisal: float  # the model's part, nats: mean NLL of the top-k words (or tokens)
     level: str | None  # severity from the level field or failure words
     raw: float  # nats: surprisal + severity prior + novelty - burst discount - template offset
+    capped: float | None = None  # nats: the capped statistic's surprisal (None: off)
+    capped_raw: float | None = None  # nats: that plus the same priors (what the capped tail calibrates)
 
 
 def line_evidence(
@@ -94,20 +98,28 @@ def line_evidence(
     repeats: int = 0,
     template: int | None = None,
     word_starts: np.ndarray | None = None,
+    vocab_size: int | None = None,
 ) -> LineEvidence:
     """The raw line score (what the line tail calibrates), the one formula: token surprisal
     -> top-k line surprisal (of words: `word_starts` says which tokens begin one; or of
     tokens, as `line_unit` says) -> plus the level and novelty priors, less the burst
-    discount and the known `template`'s offset (`Calibration.evidence`)."""
+    discount and the known `template`'s offset (`Calibration.evidence`). With `capped_top_k`
+    also the capped statistic: each token's NLL capped at `token_cap` x ln `vocab_size`."""
     config = calibration.config
     if config.line_unit == "word" and word_starts is None:
         raise ValueError("line_evidence: line_unit 'word' needs the line's word_starts")
-    surprisal = line_surprisal(
-        token_nll, config.line_top_k, word_starts if config.line_unit == "word" else None
+    words = word_starts if config.line_unit == "word" else None
+    surprisal = line_surprisal(token_nll, config.line_top_k, words)
+    capped = None
+    if config.capped_top_k:
+        if vocab_size is None:
+            raise ValueError("line_evidence: the capped statistic needs the vocab_size")
+        cap = config.token_cap * math.log(vocab_size)
+        capped = line_surprisal(np.minimum(token_nll, cap), config.capped_top_k, words)
+    seen = Observation(surprisal, config.severity(line), novel, repeats, template, capped)
+    return LineEvidence(
+        surprisal, seen.severity, calibration.evidence(seen), capped, calibration.capped_evidence(seen)
     )
-    level = config.severity(line)
-    raw = calibration.evidence(Observation(surprisal, level, novel, repeats, template))
-    return LineEvidence(surprisal, level, raw)
 
 
 class Detector:
@@ -186,9 +198,13 @@ class Detector:
         """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
         self._calibration = calibration
         self.recent = RecentPatterns(calibration.config.repeat_window)
+        every = calibration.config.refit_every
         self.online = (
-            OnlineTail(calibration.line, calibration.line_reference, calibration.config.refit_every)
-            if calibration.line is not None
+            OnlineTail(calibration.line, calibration.line_reference, every) if calibration.line else None
+        )
+        self.online_capped = (
+            OnlineTail(calibration.capped, calibration.capped_reference, every)
+            if calibration.capped
             else None
         )
 
@@ -251,9 +267,15 @@ class Detector:
             known = mined.cluster if mined.cluster <= self.known_clusters else None
             words = self.tokenizer.word_starts(token_ids[i]) if self.scoring.line_unit == "word" else None
             evidence = line_evidence(
-                self.calibration, token_nll, record.line, mined.new, repeats, known, words
+                self.calibration, token_nll, record.line, mined.new, repeats, known, words,
+                self.tokenizer.vocab_size,
+            )  # fmt: skip
+            score = self.calibration.line_score(
+                evidence.raw,
+                self.online.fit if self.online else None,
+                evidence.capped_raw,
+                self.online_capped.fit if self.online_capped else None,
             )
-            score = self.calibration.line_score(evidence.raw, self.online.fit if self.online else None)
             over = score > threshold
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
             alerting = over and not suppressed  # only alerts pay for their explanation
@@ -270,6 +292,7 @@ class Detector:
                     template_id=mined.template_id,
                     template=mined.template,
                     known_template=known,
+                    capped=evidence.capped,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
                         for pos, nll_ in surprising_tokens(token_nll)
@@ -282,6 +305,8 @@ class Detector:
             )
             if self.online is not None:  # by score: feedback must not move the tail fit
                 self.online.observe(evidence.raw, over)
+            if self.online_capped is not None and evidence.capped_raw is not None:
+                self.online_capped.observe(evidence.capped_raw, over)
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

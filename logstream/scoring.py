@@ -31,6 +31,18 @@
     repeats: an incident that recurs in the baseline, a burst of a rare known line (the
     synthetic `burst` incidents are missed with it) and HDFS lost a little (F1 0.649 ->
     0.641), so it is a switch, not a default (docs/quality.md).
+- Capped evidence, a second statistic of the same tokens: the mean of the top
+  `capped_top_k` (6) words, each token's NLL capped at `token_cap` x ln V nats (V: the
+  vocabulary; 1.25 ln V is 1.25x a uniform guess), plus the same priors. A small model
+  given text it never saw spikes a few tokens far past any useful surprise, and those
+  spikes are noise: uncapped, a line of two wild tokens outranks an OOM kill of six
+  unlikely words. Capped, the tail of a line is how many of its words are unlikely, and
+  the severity prior orders the rest. Each statistic has its own tail, and the line's score
+  is the larger of the two. A normal line passes a threshold at rate p in each tail, so at
+  most 2p in either; on held-out lines the two statistics flag nearly the same lines
+  (1.0-1.25x the first one's rate, docs/quality.md), so the threshold keeps its meaning.
+  The uncapped one alone missed incidents on raw logs; the capped one alone lost the HDFS
+  and demo incidents that are one wildly unlikely token (docs/quality.md, "Two statistics").
 - End evidence: the surprisal of the end-of-stream token when a stream closes.
 
 Score = -log10 P(a normal line's evidence is at least this high), from the tail of
@@ -67,6 +79,8 @@ DEFAULT_NOVELTY = 0.0
 # per 1,000 lines of a clean log (docs/quality.md, "The default sensitivity").
 DEFAULT_FALSE_ALARM_RATE = 3e-4
 DEFAULT_LINE_TOP_K = 3
+DEFAULT_CAPPED_TOP_K = 6  # the capped statistic's words; 0: off (one statistic, the ablation)
+DEFAULT_TOKEN_CAP = 1.25  # x ln V nats: the capped statistic's ceiling on one token's NLL
 LINE_UNITS = ("word", "token")  # what top_k counts; models saved before stop 14 counted tokens
 DEFAULT_LINE_UNIT = "word"
 DEFAULT_REPEAT_WINDOW = 0  # off; 128 lines (a 2048-token context holds about 100) when on
@@ -124,15 +138,17 @@ class ScoringConfig:
     repeat_window: int = DEFAULT_REPEAT_WINDOW  # lines a pattern's repeats are counted over; 0 = off
     template_centering: bool = False  # judge a known template's lines against its usual surprise
     line_unit: str = DEFAULT_LINE_UNIT  # top_k over "word"s (each by its most surprising token) or "token"s
+    capped_top_k: int = DEFAULT_CAPPED_TOP_K  # the capped statistic's top k; 0: off
+    token_cap: float = DEFAULT_TOKEN_CAP  # x ln V: the capped statistic's ceiling on a token's NLL
 
     def __post_init__(self) -> None:
         for name, kind in (
             ("line_top_k", int), ("refit_every", int), ("repeat_window", int), ("content_severity", bool),
-            ("template_centering", bool),
+            ("template_centering", bool), ("capped_top_k", int),
         ):  # fmt: skip
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"{name}: expected {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        for name in ("novelty", "false_alarm_rate"):
+        for name in ("novelty", "false_alarm_rate", "token_cap"):
             finite_list([getattr(self, name)], name)
         if not isinstance(self.severity_prior, dict) or not isinstance(self.failure_words, dict):
             raise TypeError("severity_prior and failure_words: expected mappings")
@@ -151,8 +167,11 @@ class ScoringConfig:
             raise ValueError(f"false_alarm_rate: {self.false_alarm_rate} is not in (0, 1)")
         if self.line_unit not in LINE_UNITS:
             raise ValueError(f"line_unit: unknown {self.line_unit!r}; expected one of {LINE_UNITS}")
-        if self.line_top_k < 0:
-            raise ValueError(f"line_top_k: {self.line_top_k} is negative")
+        for name in ("line_top_k", "capped_top_k"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: {getattr(self, name)} is negative")
+        if self.token_cap <= 0:
+            raise ValueError(f"token_cap: {self.token_cap} is not positive")
         check_failure_words(self.failure_words)
 
     def severity(self, line: str) -> str | None:
@@ -174,6 +193,7 @@ class Observation:
     novel: bool
     repeats: int = 0  # times the line's template occurred in the stream's recent lines
     template: int | None = None  # the known (training) template's cluster number; None if new
+    capped: float | None = None  # nats: the capped statistic's surprisal (None: off)
 
 
 @dataclass
@@ -182,9 +202,11 @@ class Calibration:
 
     config: ScoringConfig = field(default_factory=ScoringConfig)
     line: TailFit | None = None
+    capped: TailFit | None = None  # the capped statistic's tail (config.capped_top_k > 0)
     end: TailFit | None = None  # set when the model learned stream ends
     session: TailFit | None = None  # set when the held-out data had sessions
     line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
+    capped_reference: list[float] = field(default_factory=list)
     end_reference: list[float] = field(default_factory=list)
     session_reference: list[float] = field(default_factory=list)
     heldout_lines: int = 0
@@ -202,14 +224,36 @@ class Calibration:
         raw = self.config.evidence(seen.surprisal, seen.severity, seen.novel, seen.repeats)
         return raw - self.template_offset(seen.template)
 
+    def capped_evidence(self, seen: Observation) -> float | None:
+        """The capped statistic plus the same priors (None when off). Template centering
+        is of the first statistic only."""
+        if seen.capped is None or not self.config.capped_top_k:
+            return None
+        return self.config.evidence(seen.capped, seen.severity, seen.novel, seen.repeats)
+
     def template_offset(self, template: int | None) -> float:
         """Nats off a line of this known template (template centering; 0 when off or new)."""
         if not self.config.template_centering or template is None:
             return 0.0
         return self.template_offsets.get(template, 0.0)
 
-    def line_score(self, evidence: float, fit: TailFit | None = None) -> float:
-        return _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
+    def line_score(
+        self,
+        evidence: float,
+        fit: TailFit | None = None,
+        capped: float | None = None,
+        capped_fit: TailFit | None = None,
+    ) -> float:
+        """The line's score from its evidence and, when both it and a capped tail exist, its
+        capped evidence: the larger of the two tails' scores (`fit`, `capped_fit`: online
+        refits of the calibrated tails)."""
+        score = _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
+        if capped is None or self.capped is None or self.config.tail_model == "raw":
+            return score
+        capped_score = _tail_score(
+            capped_fit or self.capped, self.config.tail_model, self.capped_reference, capped
+        )
+        return max(score, capped_score)
 
     def end_score(self, raw: float) -> float:
         return _tail_score(self.end, self.config.tail_model, self.end_reference, raw)
@@ -237,7 +281,7 @@ class Calibration:
         if unknown:
             raise ValueError(f"unknown calibration fields: {sorted(unknown)}")
         fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
-        references = {name: sorted(finite_list(data[name], name)) for name in REFERENCES}
+        references = {name: sorted(finite_list(data.get(name, []), name)) for name in REFERENCES}
         counts = {name: count(data[name], name) for name in COUNTS}
         config = data["config"]
         if not isinstance(config, dict):
@@ -248,13 +292,14 @@ class Calibration:
         values = finite_list(list(offsets.values()), "template_offsets")
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
         config = {"line_unit": "token"} | config  # saved before words counted: its tails are of tokens
+        config = {"capped_top_k": 0} | config  # saved before the capped statistic: one tail
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )
 
 
-FITS = ("line", "end", "session")
-REFERENCES = ("line_reference", "end_reference", "session_reference")
+FITS = ("line", "capped", "end", "session")
+REFERENCES = ("line_reference", "capped_reference", "end_reference", "session_reference")
 COUNTS = ("heldout_lines", "heldout_sessions")
 
 
@@ -327,7 +372,11 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
     evidence = [calibration.evidence(o) for o in lines]  # no offsets yet: the raw evidence
     if config.template_centering:
         calibration.template_offsets, evidence = template_offsets([o.template for o in lines], evidence)
-    calibration.line, calibration.line_reference = _fit(evidence, events=[o.template for o in lines])
+    templates = [o.template for o in lines]
+    calibration.line, calibration.line_reference = _fit(evidence, events=templates)
+    capped = [calibration.capped_evidence(o) for o in lines]
+    if lines and None not in capped:  # on, and observed (scores given directly have none)
+        calibration.capped, calibration.capped_reference = _fit(capped, events=templates)
     if calibration.line is None:
         raise UserError(
             f"calibration: {len(lines)} held-out baseline lines; at least {MIN_SAMPLES} are needed (more baseline)"

@@ -316,7 +316,8 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     for start in range(0, len(heldout), group):
         for session in detector.score_streams(heldout[start : start + group], ends=True):
             seen = [
-                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template) for s in session.lines
+                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template, s.capped)
+                for s in session.lines
             ]
             if session.end is None:
                 lines += seen
@@ -328,7 +329,10 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     calibration = fit_calibration(config, lines, [end for _, end in kept])
     worst = [
         session_worst(
-            [calibration.line_score(calibration.evidence(o)) for o in seen],
+            [
+                calibration.line_score(calibration.evidence(o), capped=calibration.capped_evidence(o))
+                for o in seen
+            ],
             calibration.end_score(end) if calibration.end else None,
         )
         for seen, end in sessions

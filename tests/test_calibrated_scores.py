@@ -182,7 +182,7 @@ def test_a_clean_real_log_stays_quiet_with_every_default(tmp_path: Path) -> None
 
 
 def test_online_refits_do_not_depend_on_the_batches(synthetic_model_dir: Path) -> None:
-    """The line tail is refitted line by line: the same lines scored in one batch (replay) or
+    """The line tails are refitted line by line: the same lines scored in one batch (replay) or
     in batches of 7 (serve's polls) get the same scores and flags, across several refits."""
     log = generate_lines(700, seed=4, incidents=INCIDENT_KINDS * 2, incident_start=0.2)
     records = parse_lines(log.lines, STREAM_KEY)
@@ -190,9 +190,10 @@ def test_online_refits_do_not_depend_on_the_batches(synthetic_model_dir: Path) -
     for detector in (one, many):
         calibration = detector.calibration
         detector.calibration = replace(calibration, config=replace(calibration.config, refit_every=100))
-    first_fit = one.online.fit
+    first_fits = (one.online.fit, one.online_capped.fit)
     whole = one.score(records)
     batched = [line for start in range(0, len(records), 7) for line in many.score(records[start : start + 7])]
-    assert one.online.fit != first_fit  # the tail was refitted on the way
+    assert one.online.fit != first_fits[0]  # the tails were refitted on the way
+    assert one.online_capped.fit != first_fits[1]
     assert [a.is_anomaly for a in whole] == [b.is_anomaly for b in batched]
     assert max(abs(a.score - b.score) for a, b in zip(whole, batched, strict=True)) < 1e-3

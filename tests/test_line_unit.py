@@ -73,6 +73,6 @@ def test_words_are_the_default_and_older_models_keep_tokens() -> None:
     with pytest.raises(ValueError, match="word_starts"):
         line_evidence(Calibration(), np.array([1.0, 2.0]), "a line")
     evidence = line_evidence(
-        Calibration(), np.array([1.0, 2.0]), "a line", word_starts=np.array([True, False])
+        Calibration(), np.array([1.0, 2.0]), "a line", word_starts=np.array([True, False]), vocab_size=300
     )
     assert evidence.surprisal == pytest.approx(2.0)
