@@ -32,9 +32,10 @@ from logstream.scoring import (
     Calibration,
     Observation,
     ScoringConfig,
-    line_surprisal,
+    line_units,
     severity,
     surprising_tokens,
+    top_mean,
 )
 from logstream.tail import OnlineTail
 from logstream.tokenizer import LineTokenizer, prompt_ids
@@ -108,14 +109,14 @@ def line_evidence(
     config = calibration.config
     if config.line_unit == "word" and word_starts is None:
         raise ValueError("line_evidence: line_unit 'word' needs the line's word_starts")
-    words = word_starts if config.line_unit == "word" else None
-    surprisal = line_surprisal(token_nll, config.line_top_k, words)
+    units = line_units(token_nll, word_starts if config.line_unit == "word" else None)  # [words]
+    surprisal = top_mean(units, config.line_top_k)
     capped = None
     if config.capped_top_k:
         if vocab_size is None:
             raise ValueError("line_evidence: the capped statistic needs the vocab_size")
-        cap = config.token_cap * math.log(vocab_size)
-        capped = line_surprisal(np.minimum(token_nll, cap), config.capped_top_k, words)
+        # a word's capped NLL: its most surprising token's, capped (the max of the capped tokens)
+        capped = top_mean(np.minimum(units, config.token_cap * math.log(vocab_size)), config.capped_top_k)
     seen = Observation(surprisal, config.severity(line), novel, repeats, template, capped)
     return LineEvidence(
         surprisal, seen.severity, calibration.evidence(seen), capped, calibration.capped_evidence(seen)

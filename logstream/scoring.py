@@ -97,17 +97,19 @@ SESSION_OUTLIER_SHARE = 0.05
 CENTER_SHRINK = 2.0
 
 
-def line_surprisal(
-    token_nll: np.ndarray, top_k: int = DEFAULT_LINE_TOP_K, word_starts: np.ndarray | None = None
-) -> float:
-    """Mean NLL of the `top_k` most surprising tokens (0: all of them), nats; with `word_starts`
-    (which tokens begin a word, `LineTokenizer.word_starts`) each word counts once, by its most
-    surprising token, so an unseen word that BPE cut into five rare pieces fills one place."""
-    if len(token_nll) <= 1:  # none, or a whole line as one token (merges across words)
-        return float(token_nll[0]) if len(token_nll) else 0.0
-    units = token_nll  # [tokens] or, per word, its most surprising token: [words]
-    if word_starts is not None:
-        units = np.maximum.reduceat(token_nll, np.flatnonzero(word_starts))
+def line_units(token_nll: np.ndarray, word_starts: np.ndarray | None = None) -> np.ndarray:
+    """What a line's top k counts: with `word_starts` (which tokens begin a word,
+    `LineTokenizer.word_starts`) each word once, by its most surprising token's NLL, so an
+    unseen word that BPE cut into five rare pieces fills one place: [words]; else [tokens]."""
+    if word_starts is None or len(token_nll) <= 1:  # a whole line as one token: merges across words
+        return token_nll
+    return np.maximum.reduceat(token_nll, np.flatnonzero(word_starts))
+
+
+def top_mean(units: np.ndarray, top_k: int) -> float:
+    """Mean of the `top_k` largest units (0: all of them); 0 for none."""
+    if len(units) <= 1:
+        return float(units[0]) if len(units) else 0.0
     if top_k > 0:
         units = -np.sort(-units)[:top_k]
     # units.mean(), without its Python overhead (this runs once per line)

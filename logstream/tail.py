@@ -95,8 +95,14 @@ class TailFit:
 
     def log10_sf(self, x: float) -> float:
         """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
-        if x >= self.u:
-            log_sf = float(gpd_log_sf(np.asarray(x - self.u), self.sigma, self.xi))
+        if x >= self.u:  # gpd_log_sf for one score, without numpy's overhead (once per line)
+            z = (x - self.u) / self.sigma
+            if self.xi == 0:
+                log_sf = -z
+            elif 1 + self.xi * z > 0:
+                log_sf = -math.log1p(max(self.xi * z, -1 + 1e-12)) / self.xi
+            else:
+                return -math.inf
             return math.log10(self.peak_share) + log_sf / math.log(10)
         body, survival = self._body_curve
         # np.interp needs increasing x: body scores rise as survival falls

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from logstream.detector import line_evidence
-from logstream.scoring import Calibration, Observation, ScoringConfig, fit_calibration, line_surprisal
+from logstream.scoring import Calibration, Observation, ScoringConfig, fit_calibration, top_mean
 
 V = 1000  # vocabulary: ln V = 6.9 nats, the cap 1.25 ln V = 8.6
 WORDS = 10
@@ -59,7 +59,7 @@ def test_the_capped_statistic_caps_each_token_and_takes_six_words() -> None:
     seen = observe(ScoringConfig(), nll)
     assert seen.surprisal == pytest.approx((30 + 8 + 8) / 3)
     assert seen.capped == pytest.approx((cap + 5 * 8) / 6)
-    assert seen.capped == line_surprisal(np.minimum(nll, cap), 6)
+    assert seen.capped == top_mean(np.minimum(nll, cap), 6)  # one-token words: capped tokens
     assert observe(ScoringConfig(capped_top_k=0), nll).capped is None
     with pytest.raises(ValueError, match="vocab_size"):
         line_evidence(Calibration(), nll, "a line", word_starts=np.ones(len(nll), dtype=bool))

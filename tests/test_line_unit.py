@@ -12,7 +12,7 @@ import pytest
 
 from logstream.cli import LineUnit
 from logstream.detector import line_evidence
-from logstream.scoring import LINE_UNITS, Calibration, ScoringConfig, line_surprisal, surprising_tokens
+from logstream.scoring import LINE_UNITS, Calibration, ScoringConfig, line_units, surprising_tokens, top_mean
 from logstream.tokenizer import LineTokenizer, train_tokenizer
 
 BASELINE = [f"sshd[{i}]: Accepted password for user{i % 7} from host port {i * 13}" for i in range(200)]
@@ -51,12 +51,12 @@ def test_top_k_of_words_takes_each_word_once() -> None:
     top 3 of words is that word and the two next most surprising ones."""
     nll = np.array([12.0, 11.0, 10.0, 1.0, 2.0, 0.5])
     starts = np.array([True, False, False, True, True, True])
-    assert line_surprisal(nll, 3) == pytest.approx(11.0)
-    assert line_surprisal(nll, 3, starts) == pytest.approx((12.0 + 2.0 + 1.0) / 3)
-    assert line_surprisal(nll, 0, starts) == pytest.approx((12.0 + 1.0 + 2.0 + 0.5) / 4)
-    assert line_surprisal(np.array([]), 3, np.array([], dtype=bool)) == 0.0
+    assert top_mean(line_units(nll), 3) == pytest.approx(11.0)
+    assert top_mean(line_units(nll, starts), 3) == pytest.approx((12.0 + 2.0 + 1.0) / 3)
+    assert top_mean(line_units(nll, starts), 0) == pytest.approx((12.0 + 1.0 + 2.0 + 0.5) / 4)
+    assert top_mean(line_units(np.array([]), np.array([], dtype=bool)), 3) == 0.0
     one = np.array([7.123456789], dtype=np.float32)  # a whole line as one token: its own NLL, exactly
-    assert line_surprisal(one, 3, np.array([True])) == line_surprisal(one, 0) == float(one[0])
+    assert top_mean(line_units(one, np.array([True])), 3) == top_mean(one, 0) == float(one[0])
     assert surprising_tokens(nll) == ((0, 12.0), (1, 11.0), (2, 10.0))  # explanations: tokens
 
 
