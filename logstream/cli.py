@@ -361,6 +361,12 @@ def beyond_chance_note(chunk: ChunkModel) -> str:
     )
 
 
+def _raw_thresholds(chunk: ChunkModel) -> str:
+    """Each statistic's raw threshold: a line alerts past either one."""
+    capped = chunk.capped_raw_threshold
+    return f"{chunk.raw_threshold:.2f}" + (f" / {capped:.2f}" if capped is not None else "")
+
+
 def print_report(report: ReplayReport, groups: list[Group], console: Console, top: int = 10) -> None:
     """The replay for a person: each model's threshold, then the anomalies grouped by template."""
     if len(report.chunks) > 1:
@@ -371,14 +377,14 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
             "steps",
             "window",
             "threshold",
-            "raw threshold (nats)",
+            "raw threshold (nats): top 3 / capped",
             "anomalies",
         ):
             chunks.add_column(column)
         for c in report.chunks:
             chunks.add_row(
                 f"{c.first + 1}-{c.first + c.items}", str(c.train_lines), str(c.train_steps), str(c.window),
-                f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}", str(c.anomalies),
+                f"{c.threshold:.2f}", _raw_thresholds(c), str(c.anomalies),
             )  # fmt: skip
         console.print(chunks)
     for c in report.chunks:

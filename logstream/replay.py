@@ -143,6 +143,7 @@ class ChunkModel:
     anomalies: int = 0  # its items over the threshold: a model that never saw this period shows here
     model_id: str = ""  # as alerts carry it: the model dir's name (or auto-train) @ data hash
     model_version: str = ""  # when the model was trained
+    capped_raw_threshold: float | None = None  # the same for the capped statistic (None: off)
 
     def to_json(self) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -591,6 +592,7 @@ def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, 
 def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
     detector = part.detector
     line_tail = detector.online.fit if detector.online else detector.calibration.line
+    capped_tail = detector.online_capped.fit if detector.online_capped else detector.calibration.capped
     rate = 10**-detector.threshold
     return ChunkModel(
         first=part.first, items=part.count, anomalies=anomalies, train_lines=detector.meta.get("train_lines", 0),
@@ -598,4 +600,5 @@ def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
         threshold=detector.threshold,
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
         model_id=detector.model_id, model_version=str(detector.meta.get("created_at", "")),
+        capped_raw_threshold=capped_tail.raw_threshold(rate) if capped_tail is not None else None,
     )  # fmt: skip

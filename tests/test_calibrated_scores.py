@@ -59,6 +59,7 @@ def test_auto_train_all_reports_one_threshold_unit(prequential: tuple[dict, list
     assert summary["score_unit"] == "-log10 p" and len(chunks) == 3
     assert {c["threshold"] for c in chunks} == {summary["threshold"]} == {asked}
     assert chunks[0]["raw_threshold"] != chunks[2]["raw_threshold"]  # two models, one unit
+    assert chunks[0]["capped_raw_threshold"] != chunks[2]["capped_raw_threshold"]
     assert {r["threshold"] for r in rows} == {asked}
     assert all(r["anomaly"] == (r["score"] > r["threshold"]) for r in rows)
 

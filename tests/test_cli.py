@@ -308,7 +308,8 @@ def test_replay_line_numbers_match_the_file_and_groups(cli_model: Path, tmp_path
 def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -> None:
     """A chunk with more than 5% of its items over the threshold gets a note on what that may be
     (Spark_2k's first chunk at stop 16, scored by the model of the second: 88 of 1,000, where the
-    threshold expects 0.3); a chunk with 14 of 1,000 gets none."""
+    threshold expects 0.3); a chunk with 14 of 1,000 gets none. The table shows each statistic's
+    raw threshold."""
     from dataclasses import replace
 
     from rich.console import Console
@@ -317,18 +318,20 @@ def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -
     from logstream.replay import ChunkModel, Columns, ReplayReport
 
     quiet = ChunkModel(first=1000, items=1000, train_lines=700, train_steps=200, window=128,
-                       threshold=3.5229, raw_threshold=8.0, anomalies=14)  # fmt: skip
-    shifted = replace(quiet, first=0, anomalies=88)
+                       threshold=3.5229, raw_threshold=8.0, anomalies=14, capped_raw_threshold=6.5)  # fmt: skip
+    shifted = replace(quiet, first=0, anomalies=88, capped_raw_threshold=None)
     report = ReplayReport(
         columns=Columns(), patterns=[], lines=2000, streams=1, threshold=3.5229, seconds=1.0,
         peak_cache_bytes=0, bad_input={}, unit="line", chunks=[shifted, quiet],
     )  # fmt: skip
     console = Console(record=True, width=400)
     print_report(report, [], console)
-    notes = [line for line in console.export_text().splitlines() if line.startswith("note:")]
+    rows = console.export_text().splitlines()
+    notes = [line for line in rows if line.startswith("note:")]
     assert len(notes) == 1
     assert notes[0].startswith(
         "note: items 1-1000: 88 of 1,000 over the threshold, which expects 0.3 of normal"
     )
     assert "an incident that large, or lines its model never learned" in notes[0]
     assert not quiet.alerts_beyond_chance and shifted.alerts_beyond_chance
+    assert any("8.00 / 6.50" in row for row in rows) and any(" 8.00 " in row for row in rows)
