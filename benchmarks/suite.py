@@ -223,16 +223,16 @@ def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Tr
 
 
 def calibration_of(trained: Trained) -> Calibration:
-    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads
-    it, less the capped statistic: these benchmarks compare the raw evidence, not the tails."""
-    calibration = Calibration.from_json(trained.meta["calibration"])
-    return replace(calibration, config=replace(calibration.config, capped_top_k=0))
+    """The calibration saved with the model (its top-k, priors, offsets), as the detector reads it."""
+    return Calibration.from_json(trained.meta["calibration"])
 
 
 def scores_of(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> np.ndarray:
     """Raw line scores (`detector.line_evidence` with the model's calibration; no novelty): the
     benchmark compares models and caches, each with its own quantile threshold, not the tails.
-    A line scored without its first token (nothing before it) loses that token's word start."""
+    A line scored without its first token (nothing before it) loses that token's word start.
+    The raw evidence is the first statistic's (the capped one has a tail of its own)."""
+    calibration = replace(calibration, config=replace(calibration.config, capped_top_k=0))
     out = []
     for nll, words, line in zip(nlls, data.words, data.lines, strict=True):
         if len(nll) < len(words):
