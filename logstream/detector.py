@@ -196,17 +196,14 @@ class Detector:
 
     @calibration.setter
     def calibration(self, calibration: Calibration) -> None:
-        """A new calibration (train, benchmarks) restarts the online tail from its line tail."""
+        """A new calibration (train, benchmarks) restarts the online tails from its line tails."""
         self._calibration = calibration
         self.recent = RecentPatterns(calibration.config.repeat_window)
         every = calibration.config.refit_every
-        self.online = (
-            OnlineTail(calibration.line, calibration.line_reference, every) if calibration.line else None
-        )
+        line, capped = calibration.line, calibration.capped
+        self.online = OnlineTail(line, calibration.line_reference, every) if line is not None else None
         self.online_capped = (
-            OnlineTail(calibration.capped, calibration.capped_reference, every)
-            if calibration.capped
-            else None
+            OnlineTail(capped, calibration.capped_reference, every) if capped is not None else None
         )
 
     @property
