@@ -54,6 +54,7 @@ WILD = np.array([80.0] + [1.0] * 9)  # one token far past any normal spike (a br
 
 
 def test_the_capped_statistic_caps_each_token_and_takes_six_words() -> None:
+    """The 30-nat token counts 1.25 ln V there and fully in the first statistic's top 3."""
     nll = np.array([30.0, 1.0, 8.0, 8.0, 8.0, 8.0, 8.0, 0.5])
     cap = 1.25 * math.log(V)
     seen = observe(ScoringConfig(), nll)
