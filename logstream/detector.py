@@ -37,7 +37,7 @@ from logstream.scoring import (
     surprising_tokens,
     top_mean,
 )
-from logstream.tail import OnlineTail
+from logstream.tail import OnlineTail, TailFit
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
 SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS only, no sinks
@@ -207,6 +207,14 @@ class Detector:
         )
 
     @property
+    def tails(self) -> tuple[TailFit | None, TailFit | None]:
+        """The line tails scoring reads now: the first statistic's and the capped one's, each its
+        online refit where it has one, else the calibrated tail."""
+        line = self.online.fit if self.online else self.calibration.line
+        capped = self.online_capped.fit if self.online_capped else self.calibration.capped
+        return line, capped
+
+    @property
     def scoring(self) -> ScoringConfig:
         return self._calibration.config
 
@@ -268,12 +276,8 @@ class Detector:
                 self.calibration, token_nll, record.line, mined.new, repeats, known, words,
                 self.tokenizer.vocab_size,
             )  # fmt: skip
-            score = self.calibration.line_score(
-                evidence.raw,
-                self.online.fit if self.online else None,
-                evidence.capped_raw,
-                self.online_capped.fit if self.online_capped else None,
-            )
+            line_tail, capped_tail = self.tails
+            score = self.calibration.line_score(evidence.raw, line_tail, evidence.capped_raw, capped_tail)
             over = score > threshold
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
             alerting = over and not suppressed  # only alerts pay for their explanation

@@ -591,8 +591,7 @@ def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, 
 
 def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
     detector = part.detector
-    line_tail = detector.online.fit if detector.online else detector.calibration.line
-    capped_tail = detector.online_capped.fit if detector.online_capped else detector.calibration.capped
+    line_tail, capped_tail = detector.tails
     rate = 10**-detector.threshold
     return ChunkModel(
         first=part.first, items=part.count, anomalies=anomalies, train_lines=detector.meta.get("train_lines", 0),

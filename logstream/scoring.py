@@ -293,8 +293,8 @@ class Calibration:
             raise TypeError(f"template_offsets: expected a mapping, got {type(offsets).__name__}")
         values = finite_list(list(offsets.values()), "template_offsets")
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
-        config = {"line_unit": "token"} | config  # saved before words counted: its tails are of tokens
-        config = {"capped_top_k": 0} | config  # saved before the capped statistic: one tail
+        # saved before words counted: its tails are of tokens; before the capped statistic: one tail
+        config = {"line_unit": "token", "capped_top_k": 0} | config
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )
@@ -372,9 +372,9 @@ def fit_calibration(config: ScoringConfig, lines: list[Observation], end_raw: li
     """Fit the line and end tails on held-out lines and stream ends (the session tail: `fit_sessions`)."""
     calibration = Calibration(config=config, heldout_lines=len(lines))
     evidence = [calibration.evidence(o) for o in lines]  # no offsets yet: the raw evidence
-    if config.template_centering:
-        calibration.template_offsets, evidence = template_offsets([o.template for o in lines], evidence)
     templates = [o.template for o in lines]
+    if config.template_centering:
+        calibration.template_offsets, evidence = template_offsets(templates, evidence)
     calibration.line, calibration.line_reference = _fit(evidence, events=templates)
     capped = [calibration.capped_evidence(o) for o in lines]
     if lines and None not in capped:  # on, and observed (scores given directly have none)
