@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/cpu_speed.py [--preset small] [--lines 1000]
         [--hosts 16] [--window 2048] [--reps 2] [--levers reference,flash_cpu,chunk_1024,...] [--one-stream]
+        [--workers 2]
 
 Trains a model briefly on synthetic lines (speed does not depend on how well it is trained;
 the drift column does a little), tokenizes a synthetic log with `--hosts` web hosts, fills
@@ -18,7 +19,13 @@ and cache, one thread instead of two, an int8 ring, one chunk per stream a step 
 before it took several when few streams are active). Then the default Detector end to end (masking,
 tokenizing, mining, scoring; best of --reps): the engine's share and the host's microseconds
 per line. FLOPs per token: `roofline.engine_flops_per_token`
-at each token's own window; bytes: `roofline.engine_bytes_per_step`. The last stdout line is JSON.
+at each token's own window; bytes: `roofline.engine_bytes_per_step`.
+`--workers N` then runs N such Detectors at once, each in its own process with one torch
+thread, each scoring whole streams, dealt so that the workers' line counts are as even as they
+can be (the busiest stream first, to the least loaded worker): what N serve replicas of one
+consumer group do on N cores when their partitions carry even traffic. It prints their lines/s
+together, timed from a barrier that all pass with full rings until the last worker is done.
+The last stdout line is JSON.
 """
 
 from __future__ import annotations
@@ -27,10 +34,13 @@ import argparse
 import copy
 import json
 import math
+import multiprocessing
 import os
+import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +51,7 @@ from logstream.detector import Detector
 from logstream.engine import CPU_STEP_CHUNKS, StepFn, StreamingEngine
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
+from logstream.model import save_model_dir
 from logstream.records import LogRecord
 from logstream.replay import LINE_BATCH
 from logstream.synth import STREAM_KEY, generate_lines
@@ -161,6 +172,66 @@ def by_stream(records: list[LogRecord], ids: list[list[int]]) -> list[Batch]:
     return batches
 
 
+def score_in_worker(
+    model_dir: str, prefill: Batch, records: list[LogRecord], barrier: Any, done: Any
+) -> None:
+    """One worker of `--workers`: a Detector on one thread fills its streams' rings, waits at
+    `barrier`, scores `records` in replay's batches, and puts (lines, its end time) on `done`."""
+    torch.set_num_threads(1)
+    detector = Detector.load(model_dir, device="cpu", max_streams=64)
+    for stream, lines in prefill.items():
+        detector.engine.score({stream: lines})
+    barrier.wait()
+    for start in range(0, len(records), LINE_BATCH):
+        detector.score(records[start : start + LINE_BATCH])
+    done.put((len(records), time.perf_counter()))
+
+
+def deal_streams(records: list[LogRecord], workers: int) -> dict[str, int]:
+    """Stream -> worker, the busiest stream first to the worker with the fewest lines so far."""
+    lines = Counter(r.stream for r in records)
+    load = [0] * workers
+    owner = {}
+    for stream, n in sorted(lines.items(), key=lambda item: (-item[1], item[0])):
+        owner[stream] = load.index(min(load))
+        load[owner[stream]] += n
+    return owner
+
+
+def run_workers(model_dir: str, prefill: Batch, records: list[LogRecord], workers: int) -> dict:
+    """`workers` processes at once, each with the streams `deal_streams` gives it: (all their
+    lines / the time from the barrier until the last one is done, lines per worker)."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process with torch's threads
+    barrier, done = context.Barrier(workers + 1), context.Queue()
+    owner = deal_streams(records, workers)  # a stream with no timed lines fills no ring
+    processes = [
+        context.Process(
+            target=score_in_worker,
+            args=(
+                model_dir,
+                {s: lines for s, lines in prefill.items() if owner.get(s) == k},
+                [r for r in records if owner[r.stream] == k],
+                barrier,
+                done,
+            ),
+        )
+        for k in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    started = time.perf_counter()
+    results = [done.get() for _ in processes]
+    for process in processes:
+        process.join()
+    seconds = max(end for _, end in results) - started
+    return {
+        "workers": workers,
+        "lines_per_second": round(len(records) / seconds, 1),
+        "lines_per_worker": sorted(n for n, _ in results),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -179,6 +250,9 @@ def main() -> None:
         "--one-stream",
         action="store_true",
         help="every line in one stream, as `replay FILE` without --stream-key",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, help="then N Detectors at once, one process and thread each"
     )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
@@ -278,6 +352,14 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         if elapsed < seconds:
             seconds, step_seconds = elapsed, timed.seconds
+    workers = None
+    if args.workers:
+        with tempfile.TemporaryDirectory() as model_dir:
+            save_model_dir(Path(model_dir), trained.model, tokenizer, meta)
+            workers = max(
+                (run_workers(model_dir, prefill, records[split:], args.workers) for _ in range(args.reps)),
+                key=lambda run: run["lines_per_second"],
+            )
 
     print(
         f"{'lever':<20} {'lines/s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'%flops':>7} {'GB/s':>6} {'%bw':>6} {'drift':>9}"
@@ -307,10 +389,16 @@ def main() -> None:
             "device_step_share": round(step_seconds / seconds, 3),
             "host_us_per_line": round(1e6 * (seconds - step_seconds) / args.lines, 1),
         },
+        "workers": workers,
         "cache_bytes_per_stream": detector.engine.bytes_per_stream,
         "torch_threads": default_threads,
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+    print(f"Detector end to end: {result['detector']['lines_per_second']} lines/s")
+    if workers:
+        print(
+            f"{workers['workers']} Detectors, one thread each: {workers['lines_per_second']} lines/s together"
+        )
     print(json.dumps(result))
 
 
