@@ -30,12 +30,16 @@ from pathlib import Path
 from logstream.detector import Detector
 from logstream.inputs import InputStats, read_sessions, streams_from_sessions
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
-from logstream.scoring import ScoringConfig
+from logstream.scoring import DEFAULT_LINE_TOP_K, SESSION_LINE_TOP_K, ScoringConfig
 from logstream.train import TrainConfig, calibrate, heldout_split, save, train
 
-# (sinks, line top_k): the default line score (top-3 tokens), the plain mean over all tokens,
-# and the sink ablations with the plain mean.
-VARIANTS = (("patterns", 3), ("patterns", 0), ("bos", 0), ("none", 0))
+# (sinks, line top_k): the default for sessions (the mean of all words), the default for raw
+# lines (the top 3 words), and the sink ablations with the sessions' default.
+VARIANTS = (
+    ("patterns", SESSION_LINE_TOP_K), ("patterns", DEFAULT_LINE_TOP_K),
+    ("bos", SESSION_LINE_TOP_K), ("none", SESSION_LINE_TOP_K),
+)  # fmt: skip
+DEFAULT_VARIANT = f"sinks=patterns top_k={SESSION_LINE_TOP_K}"  # `train --format sessions`'s line score
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hdfs" / "train_sessions.jsonl"
 
 
@@ -75,7 +79,7 @@ def main() -> None:
     baseline = streams_from_sessions([s for s in train_sessions if args.contaminated or s.label == 0])
     config = TrainConfig(
         preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
-        merge_across_words=args.merge_across_words,
+        merge_across_words=args.merge_across_words, scoring=ScoringConfig(line_top_k=SESSION_LINE_TOP_K),
     )  # fmt: skip
     if not (model_dir / "logstream.json").is_file():
         save(train(baseline, config, progress=print_progress), model_dir)

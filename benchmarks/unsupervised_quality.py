@@ -71,6 +71,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from hdfs_quality import DEFAULT_VARIANT
 
 from logstream.detector import Detector
 from logstream.incidents import (
@@ -518,7 +519,7 @@ def main() -> None:
         path = args.hdfs_runs / name / "results.json"
         if path.is_file():
             hdfs = json.loads(path.read_text())
-            results[name] = {k: hdfs["sinks=patterns top_k=3"][k] for k in HDFS_KEYS} | {
+            results[name] = {k: hdfs[DEFAULT_VARIANT][k] for k in HDFS_KEYS} | {
                 "ceiling_f1": hdfs["ceiling_f1"]
             }
             print(f"{name}: {results[name]}")

@@ -34,6 +34,7 @@ from logstream.scoring import (
     DEFAULT_FALSE_ALARM_RATE,
     DEFAULT_LINE_TOP_K,
     DEFAULT_LINE_UNIT,
+    SESSION_LINE_TOP_K,
 )
 from logstream.synth import STREAM_KEY
 
@@ -166,15 +167,17 @@ FormatOpt = Annotated[
 
 def _train_config(
     preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
-    line_top_k: int = DEFAULT_LINE_TOP_K, false_alarm_rate: float | None = None,
+    line_top_k: int | None = None, false_alarm_rate: float | None = None,
     stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT, merge_across_words: bool = False,
-    capped_top_k: int = DEFAULT_CAPPED_TOP_K,
+    capped_top_k: int = DEFAULT_CAPPED_TOP_K, sessions: bool = False,
 ) -> TrainConfig:  # fmt: skip
     from logstream.scoring import ScoringConfig
     from logstream.train import TrainConfig
 
     if preset != "auto" and preset not in PRESET_NAMES:
         raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESET_NAMES)}")
+    if line_top_k is None:
+        line_top_k = SESSION_LINE_TOP_K if sessions else DEFAULT_LINE_TOP_K
     scoring = ScoringConfig(
         line_top_k=line_top_k,
         line_unit=line_unit,
@@ -233,11 +236,13 @@ def train_command(
     stream_key: StreamKeyOpt = None,
     false_alarm_rate: RateOpt = None,
     line_top_k: Annotated[
-        int,
+        int | None,
         typer.Option(
-            min=0, help="Line score: mean surprisal of the line's k most surprising words (0: all of them)."
+            min=0,
+            help="Line score: mean surprisal of the line's k most surprising words (0: all of them). "
+            f"Default: {DEFAULT_LINE_TOP_K}, and {SESSION_LINE_TOP_K} (all) for --format sessions.",
         ),
-    ] = DEFAULT_LINE_TOP_K,
+    ] = None,
     line_unit: Annotated[
         LineUnit,
         typer.Option(
@@ -292,6 +297,7 @@ def train_command(
     config = _train_config(
         preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
         stream_key if format is Format.lines else None, line_unit.value, merge_across_words, capped_top_k,
+        sessions=format is Format.sessions,
     )  # fmt: skip
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
@@ -516,7 +522,7 @@ def replay_command(
         auto_train=auto_train.value,
         train_config=_train_config(
             preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate,
-            stream_key=stream_key, merge_across_words=merge_across_words,
+            stream_key=stream_key, merge_across_words=merge_across_words, sessions=format is Format.sessions,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
         quiet_sources=quiet_sources,

@@ -79,6 +79,10 @@ DEFAULT_NOVELTY = 0.0
 # per 1,000 lines of a clean log (docs/quality.md, "The default sensitivity").
 DEFAULT_FALSE_ALARM_RATE = 3e-4
 DEFAULT_LINE_TOP_K = 3
+# Sessions (sequences of parsed templates, HDFS's format) score the mean of all words: a
+# template holds no unmasked values for the top k to pick out, and an unexpected template is
+# surprising in every word (docs/quality.md, "HDFS sessions").
+SESSION_LINE_TOP_K = 0
 DEFAULT_CAPPED_TOP_K = 6  # the capped statistic's words; 0: off (one statistic, the ablation)
 DEFAULT_TOKEN_CAP = 1.25  # x ln V nats: the capped statistic's ceiling on one token's NLL
 LINE_UNITS = ("word", "token")  # what top_k counts; models saved before stop 14 counted tokens

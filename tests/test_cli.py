@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from logstream.scoring import DEFAULT_LINE_TOP_K, SESSION_LINE_TOP_K
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 ALWAYS_KEYS = {"lines", "streams", "anomalies", "threshold", "lines_per_second", "peak_cache_bytes"}
@@ -121,6 +122,24 @@ def test_replay_sessions_format(cli_model: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["streams"] == 20 and summary["unit"] == "session" and "auc_pr" in summary
+
+
+def test_sessions_score_the_mean_of_all_words_by_default(cli_model: Path, tmp_path: Path) -> None:
+    """`train --format sessions` saves the sessions' line score (the mean of all words), raw lines
+    keep the top 3, and an explicit --line-top-k wins over either."""
+
+    def line_top_k(model: Path) -> int:
+        return json.loads((model / "logstream.json").read_text())["calibration"]["config"]["line_top_k"]
+
+    sessions = [{"session": f"s{i}", "lines": generate_lines(6, seed=i).lines} for i in range(40)]
+    path = write_lines(tmp_path / "sessions.jsonl", [json.dumps(s) for s in sessions])
+    tiny = ("--preset", "tiny", "--window", "64", "--max-steps", "5", "--min-steps", "5")
+    for extra, want in (((), SESSION_LINE_TOP_K), (("--line-top-k", "5"), 5)):
+        out = tmp_path / f"model{len(extra)}"
+        result = logstream("train", path, "--format", "sessions", "--out", out, *tiny, *extra)
+        assert result.returncode == 0, result.stderr
+        assert line_top_k(out) == want
+    assert line_top_k(cli_model) == DEFAULT_LINE_TOP_K != SESSION_LINE_TOP_K
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], needle: str) -> None:
