@@ -95,15 +95,9 @@ class TailFit:
 
     def log10_sf(self, x: float) -> float:
         """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
-        if x >= self.u:  # gpd_log_sf for one score, without numpy's overhead (once per line)
-            z = (x - self.u) / self.sigma
-            if self.xi == 0:
-                log_sf = -z
-            elif 1 + self.xi * z > 0:
-                log_sf = -math.log1p(max(self.xi * z, -1 + 1e-12)) / self.xi
-            else:
-                return -math.inf
-            return math.log10(self.peak_share) + log_sf / math.log(10)
+        if x >= self.u:
+            log_sf = gpd_log_sf_one(x - self.u, self.sigma, self.xi)
+            return math.log10(self.peak_share) + log_sf / math.log(10)  # -inf past a bounded end
         body, survival = self._body_curve
         # np.interp needs increasing x: body scores rise as survival falls
         return math.log10(float(np.interp(x, body, survival, left=1.0)))
@@ -182,6 +176,16 @@ def gpd_log_sf(excess: np.ndarray, sigma: float, xi: float) -> np.ndarray:
         return -z
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
+
+
+def gpd_log_sf_one(excess: float, sigma: float, xi: float) -> float:
+    """`gpd_log_sf` of one excess, without numpy's overhead (scoring calls it once per line)."""
+    z = excess / sigma
+    if xi == 0:
+        return -z
+    if 1 + xi * z > 0:
+        return -math.log1p(max(xi * z, -1 + 1e-12)) / xi
+    return -math.inf
 
 
 def _body_survival(peak_share: float) -> np.ndarray:
@@ -302,7 +306,7 @@ def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: f
     if top_excess <= 0:
         return sigma
     target = 1 / (n + 1) / peak_share  # survival within the peaks
-    fitted = math.exp(float(gpd_log_sf(np.asarray(top_excess), sigma, xi)))
+    fitted = math.exp(gpd_log_sf_one(top_excess, sigma, xi))
     if fitted <= ANCHOR_SLACK * target or target >= 1:
         return sigma
     z_target = -math.log(target) if xi == 0 else (target ** (-xi) - 1) / xi
