@@ -1,7 +1,7 @@
 """Training speed of `fit()`: tokens/s and FLOP/s against this machine's roofline, per lever.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/train_speed.py [--preset small] [--steps 8]
-        [--sessions 20000] [--levers eager,compile,bf16_autocast,packed]
+        [--sessions 20000] [--levers eager,compile,bf16_autocast]
 
 Prepares training exactly as `train()` does on the HDFS normal training sessions (the 80/20
 split of benchmarks/hdfs_quality.py, the first `--sessions`): tokenizer, pattern prompt,
@@ -12,8 +12,7 @@ time kept (compile's first run includes compiling). Reports:
   tokens per second (sinks and padding included);
 - FLOP/s: forward + backward = 3 x the forward, per row 2 x matmul MACs x (S + T) plus causal
   attention 4 x layers x H x D x (S + T)(S + T + 1)/2, over the padded batch;
-- the share of log tokens among processed ones, padded and packed (`fit(pack=True)`: each
-  batch's examples share rows, one sink prefix a row).
+- the share of log tokens among processed ones (what packing or sink caching could win).
 
 The last stdout line is JSON.
 """
@@ -42,36 +41,25 @@ from logstream.train import (
     heldout_split,
     make_examples,
     mask_streams,
-    pack_rows,
     plan_window,
     sink_budget,
 )
 
 DATA = Path("../shared/data/hdfs/train_sessions.jsonl")
-LEVERS = {
-    "eager": {},
-    "compile": {"compile": True},
-    "bf16_autocast": {"autocast": torch.bfloat16},
-    "packed": {"pack": True},
-}
+LEVERS = {"eager": {}, "compile": {"compile": True}, "bf16_autocast": {"autocast": torch.bfloat16}}
 
 
-def batch_lengths(n_examples: int, lengths: list[int], config: TrainConfig, steps: int) -> list[list[int]]:
-    """The example lengths of each of fit()'s first `steps` batches: its sampling, replayed."""
-    rng, order, batches = random.Random(config.seed), [], []
+def batch_shapes(
+    n_examples: int, lengths: list[int], config: TrainConfig, steps: int
+) -> list[tuple[int, int]]:
+    """(rows, T) of each of fit()'s first `steps` batches: its sampling, replayed."""
+    rng, order, shapes = random.Random(config.seed), [], []
     for _ in range(steps):
         if len(order) < config.batch_size:
             order += rng.sample(range(n_examples), n_examples)
-        batches.append([lengths[order.pop()] for _ in range(min(config.batch_size, n_examples))])
-    return batches
-
-
-def row_shapes(batch: list[int], pack: bool) -> tuple[int, int]:
-    """(rows, T) that fit() runs for a batch of these example lengths, padded or packed."""
-    if not pack:
-        return len(batch), max(batch)
-    rows = pack_rows(batch)
-    return len(rows), max(sum(batch[i] for i in row) for row in rows)
+        batch = [lengths[order.pop()] for _ in range(min(config.batch_size, n_examples))]
+        shapes.append((len(batch), max(batch)))
+    return shapes
 
 
 def main() -> None:
@@ -103,16 +91,14 @@ def main() -> None:
     examples = make_examples(streams, encoded, tokenizer.eos_id, window)
 
     S, cfg = len(sink_ids), model.config
-    batches = batch_lengths(len(examples), [len(ids) for ids, _, _ in examples], config, args.steps)
-    log_tokens = sum(map(sum, batches))  # the loss's tokens
+    shapes = batch_shapes(len(examples), [len(ids) for ids, _, _ in examples], config, args.steps)
+    log_tokens = sum(  # the loss's tokens: replayed batches' real lengths are not kept, so estimate
+        rows * (sum(len(ids) for ids, _, _ in examples) / len(examples)) for rows, _ in shapes
+    )
+    processed = sum(rows * (S + T) for rows, T in shapes)
     matmul = engine_flops_per_token(cfg, 0, 0)  # 2 x MACs per token
     per_key = engine_flops_per_token(cfg, 0, 1) - matmul  # 4 x layers x H x D
-
-    def work(pack: bool) -> tuple[int, float]:
-        """Processed tokens and FLOPs of the run's batches (a packed row's mask skips no work)."""
-        shapes = [row_shapes(batch, pack) for batch in batches]
-        flops = 3 * sum(rows * (matmul * (S + T) + per_key * (S + T) * (S + T + 1) / 2) for rows, T in shapes)
-        return sum(rows * (S + T) for rows, T in shapes), flops
+    flops = 3 * sum(rows * (matmul * (S + T) + per_key * (S + T) * (S + T + 1) / 2) for rows, T in shapes)
 
     best: dict[str, float] = {}
     for _ in range(2):
@@ -125,7 +111,6 @@ def main() -> None:
     rows = []
     for name, seconds in best.items():
         dtype = LEVERS[name].get("autocast", torch.float32)
-        processed, flops = work(bool(LEVERS[name].get("pack")))
         rows.append({
             "lever": name, "seconds_per_step": round(seconds / args.steps, 3),
             "log_tokens_per_second": round(log_tokens / seconds), "processed_tokens_per_second": round(processed / seconds),
@@ -136,8 +121,7 @@ def main() -> None:
     print(json.dumps({
         "preset": args.preset, "window": window, "sinks": S, "examples": len(examples),
         "mean_example_tokens": round(sum(len(ids) for ids, _, _ in examples) / len(examples), 1),
-        "log_token_share": round(log_tokens / work(False)[0], 3),
-        "log_token_share_packed": round(log_tokens / work(True)[0], 3), "steps": args.steps, "levers": rows,
+        "log_token_share": round(log_tokens / processed, 3), "steps": args.steps, "levers": rows,
         "roofline_fp32_gflops": round(roof.fp32_flops / 1e9, 1), "roofline_bf16_gflops": round(roof.bf16_flops / 1e9, 1),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "threads": torch.get_num_threads(),
     }))  # fmt: skip

@@ -236,98 +236,6 @@ def robust_token_weights(
     return weights
 
 
-@dataclass
-class Batch:
-    """One training step's tensors. Row r holds the sinks, then log tokens; the loss is on `targets`."""
-
-    tokens: torch.Tensor  # [R, S + T] the model's input
-    targets: torch.Tensor  # [R, T] the log tokens the loss is on (0 at padding)
-    line_ids: torch.Tensor  # [R, T] each target's line, distinct within a row (robust_token_weights)
-    mask: torch.Tensor  # [R, T] real targets
-    weight: torch.Tensor  # [R, T] each target's example weight
-    # packed rows only: the position whose logits predict each target [R, T], each example's
-    # positions (restarting after the sinks) [R, S + T], and who sees whom [R, 1, S + T, S + T]
-    predict_at: torch.Tensor | None = None
-    position_ids: torch.Tensor | None = None
-    attention_mask: torch.Tensor | None = None
-
-
-def empty_batch(rows: int, sink_ids: list[int], T: int) -> Batch:
-    """`rows` rows of the sinks and T padding tokens, no targets yet (`targets` views `tokens`)."""
-    S = len(sink_ids)
-    tokens = torch.zeros(rows, S + T, dtype=torch.long)
-    tokens[:, :S] = torch.tensor(sink_ids)
-    return Batch(
-        tokens=tokens,
-        targets=tokens[:, S:],
-        line_ids=torch.zeros(rows, T, dtype=torch.long),
-        mask=torch.zeros(rows, T, dtype=torch.bool),
-        weight=torch.zeros(rows, T),
-    )
-
-
-def padded_batch(batch: list[Example], sink_ids: list[int]) -> Batch:
-    """A row per example, padded to the longest: sinks at 0..S-1, the example at S.., and
-    position S - 1 + t predicts target t."""
-    out = empty_batch(len(batch), sink_ids, max(len(ids) for ids, _, _ in batch))
-    for b, (ids, lines, weight) in enumerate(batch):
-        out.targets[b, : len(ids)] = torch.tensor(ids)
-        out.line_ids[b, : len(ids)] = torch.tensor(lines)
-        out.mask[b, : len(ids)] = True
-        out.weight[b, : len(ids)] = torch.tensor(weight)
-    return out
-
-
-def pack_rows(lengths: list[int]) -> list[list[int]]:
-    """Examples (indices) per row, first fit by decreasing length, each row at most the longest
-    example long: short examples share a row, and no row's attention is longer than padding's."""
-    capacity = max(lengths)
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        r = next((r for r, free in enumerate(room) if lengths[i] <= free), None)
-        if r is None:
-            rows.append([])
-            room.append(capacity)
-            r = len(rows) - 1
-        rows[r].append(i)
-        room[r] -= lengths[i]
-    return rows
-
-
-def packed_batch(batch: list[Example], sink_ids: list[int]) -> Batch:
-    """The examples packed into rows (`pack_rows`), one sink prefix a row. Each example sees the
-    sinks and itself, causally, at the positions it has alone (S.. on), and its first token is
-    predicted by the last sink, as in `padded_batch`: the same loss, less padding and fewer
-    sinks to run (`fit(pack=True)`)."""
-    S = len(sink_ids)
-    rows = pack_rows([len(ids) for ids, _, _ in batch])
-    T = max(sum(len(batch[i][0]) for i in row) for row in rows)
-    out = empty_batch(len(rows), sink_ids, T)
-    out.predict_at = torch.full((len(rows), T), S - 1, dtype=torch.long)
-    out.position_ids = torch.arange(S + T).repeat(len(rows), 1)
-    segment = torch.full((len(rows), S + T), -1, dtype=torch.long)  # example of each position, -1 none
-    segment[:, :S] = 0  # the sinks
-    for r, row in enumerate(rows):
-        start, first_line = 0, 0
-        for k, i in enumerate(row, start=1):
-            ids, lines, weight = batch[i]
-            span = slice(start, start + len(ids))
-            out.targets[r, span] = torch.tensor(ids)
-            out.line_ids[r, span] = torch.tensor(lines) - lines[0] + first_line  # lines ascend
-            out.mask[r, span] = True
-            out.weight[r, span] = torch.tensor(weight)
-            out.predict_at[r, start + 1 : start + len(ids)] = S + torch.arange(start, start + len(ids) - 1)
-            out.position_ids[r, S + start : S + start + len(ids)] = S + torch.arange(len(ids))
-            segment[r, S + start : S + start + len(ids)] = k
-            start, first_line = start + len(ids), first_line + lines[-1] - lines[0] + 1
-    causal = torch.ones(S + T, S + T, dtype=torch.bool).tril()  # [S + T, S + T]
-    same = (segment[:, :, None] == segment[:, None, :]) & (segment[:, :, None] > 0)  # [R, S + T, S + T]
-    sink_key = torch.arange(S + T) < S
-    out.attention_mask = (causal & (same | sink_key))[:, None]  # [R, 1, S + T, S + T]
-    return out
-
-
 def fit(
     model: torch.nn.Module,
     examples: list[Example],
@@ -338,14 +246,12 @@ def fit(
     *,
     compile: bool = False,
     autocast: torch.dtype | None = None,
-    pack: bool = False,
 ) -> float:
     """Train in place for `steps`; returns the last smoothed loss. Sinks are input only (no loss).
 
     Speed levers, off by default (benchmarks/train_speed.py measures them): `compile` runs the
     forward and backward through torch.compile (the same math, reordered rounding);
-    `autocast` (e.g. torch.bfloat16) runs the matmuls in that dtype with fp32 weights; `pack`
-    packs each batch's examples into fewer rows (`packed_batch`: the same loss, to rounding).
+    `autocast` (e.g. torch.bfloat16) runs the matmuls in that dtype with fp32 weights.
     """
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
@@ -364,17 +270,24 @@ def fit(
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        b = packed_batch(batch, sink_ids) if pack else padded_batch(batch, sink_ids)
-        T = b.targets.shape[1]
+        T = max(len(ids) for ids, _, _ in batch)
+        tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
+        line_ids = torch.zeros(len(batch), T, dtype=torch.long)
+        mask = torch.zeros(len(batch), T, dtype=torch.bool)
+        example_weight = torch.zeros(len(batch), T)
+        for b, (ids, lines, weight) in enumerate(batch):
+            tokens[b, :S] = torch.tensor(sink_ids)
+            tokens[b, S : S + len(ids)] = torch.tensor(ids)
+            line_ids[b, : len(ids)] = torch.tensor(lines)
+            mask[b, : len(ids)] = True
+            example_weight[b, : len(ids)] = torch.tensor(weight)
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            out = forward(b.tokens, attention_mask=b.attention_mask, position_ids=b.position_ids).logits
-        if b.predict_at is None:
-            logits = out[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [R, T, V]
-        else:
-            logits = out.gather(1, b.predict_at[..., None].expand(-1, -1, out.shape[-1]))  # [R, T, V]
-        token_loss = F.cross_entropy(logits.float().transpose(1, 2), b.targets, reduction="none")  # [R, T]
+            logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
+        token_loss = F.cross_entropy(
+            logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
+        )  # [B, T]
         share = config.robust_share if step >= warmup else 0.0
-        weights = robust_token_weights(token_loss, b.line_ids, b.mask, share) * b.weight
+        weights = robust_token_weights(token_loss, line_ids, mask, share) * example_weight
         loss = (token_loss * weights).sum() / weights.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
