@@ -60,7 +60,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from logstream.errors import UserError
-from logstream.severity import DEFAULT_FAILURE_WORDS, check_failure_words, line_severity
+from logstream.severity import (
+    DEFAULT_FAILURE_WORDS,
+    DEFAULT_SUCCESS_WORDS,
+    check_failure_words,
+    line_severity,
+)
 from logstream.tail import (
     MAX_OUTLIER_SHARE,
     MIN_SAMPLES,
@@ -137,6 +142,9 @@ class ScoringConfig:
     failure_words: dict[str, list[str]] = field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()}
     )
+    success_words: list[str] = field(
+        default_factory=lambda: list(DEFAULT_SUCCESS_WORDS)
+    )  # later in a line, they undo its failure words
     novelty: float = DEFAULT_NOVELTY  # nats added when the line's template is new to the model
     tail_model: str = "gpd"
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
@@ -158,6 +166,10 @@ class ScoringConfig:
             finite_list([getattr(self, name)], name)
         if not isinstance(self.severity_prior, dict) or not isinstance(self.failure_words, dict):
             raise TypeError("severity_prior and failure_words: expected mappings")
+        if not isinstance(self.success_words, list) or not all(
+            isinstance(w, str) for w in self.success_words
+        ):
+            raise TypeError("success_words: expected a list of regexes")
         finite_list(list(self.severity_prior.values()), "severity_prior")
         if self.refit_every < 0:
             raise ValueError(f"refit_every: {self.refit_every} is negative")
@@ -178,10 +190,10 @@ class ScoringConfig:
                 raise ValueError(f"{name}: {getattr(self, name)} is negative")
         if self.token_cap <= 0:
             raise ValueError(f"token_cap: {self.token_cap} is not positive")
-        check_failure_words(self.failure_words)
+        check_failure_words(self.failure_words, self.success_words)
 
     def severity(self, line: str) -> str | None:
-        return line_severity(line, self.failure_words if self.content_severity else {})
+        return line_severity(line, self.failure_words if self.content_severity else {}, self.success_words)
 
     def evidence(self, surprisal: float, severity: str | None, novel: bool, repeats: int = 0) -> float:
         """Surprisal plus the priors, minus the burst discount, all in nats: the raw score
@@ -297,8 +309,9 @@ class Calibration:
             raise TypeError(f"template_offsets: expected a mapping, got {type(offsets).__name__}")
         values = finite_list(list(offsets.values()), "template_offsets")
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
-        # saved before words counted: its tails are of tokens; before the capped statistic: one tail
-        config = {"line_unit": "token", "capped_top_k": 0} | config
+        # saved before words counted: its tails are of tokens; before the capped statistic: one
+        # tail; before success words (stop 33): its tails were fitted without them
+        config = {"line_unit": "token", "capped_top_k": 0, "success_words": []} | config
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

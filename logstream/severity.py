@@ -10,8 +10,12 @@ assign container` and Zookeeper `INFO ... Notification time out` by the hundred)
 itself (how many nats each severity adds to the surprisal) lives in `scoring.ScoringConfig`.
 
 The words are regexes matched case-insensitively on word boundaries; a word right after
-`no `, `0 ` or `without ` does not count (`0 errors`, `no error`). They are saved in the
-model directory, so a user can edit them there or pass their own to `ScoringConfig`.
+`no `, `0 ` or `without ` does not count (`0 errors`, `no error`), nor does one followed
+later in the line by a *success word* (`enabled`, `supported`, `done`, `ok`, ...): such a
+line reports that a failure-handling feature works (`Intel machine check reporting enabled`,
+`Enabling unmasked SIMD FPU exception support... done`, `switch_module error 0 0 Link ok`),
+not a failure. Both lists are saved in the model directory, so a user can edit them there or
+pass their own to `ScoringConfig`.
 """
 
 from __future__ import annotations
@@ -37,24 +41,28 @@ DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
     ),
     "warning": ("warn(?:ing)?s?", "retry(?:ing)?", "degraded", "deprecated"),
 }  # fmt: skip
+DEFAULT_SUCCESS_WORDS = ("enabled", "supported", "done", "ok", "succeeded", "successful(?:ly)?")
 
 
 def _words_regex(words: Iterable[str]) -> re.Pattern[str]:
     return re.compile(r"(?<!\bno )(?<!\b0 )(?<!without )\b(?:" + "|".join(words) + r")\b", re.IGNORECASE)
 
 
+Compiled = tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...], re.Pattern[str] | None]
+
+
 @lru_cache(maxsize=16)
-def _compile(
-    words: tuple[tuple[str, tuple[str, ...]], ...],
-) -> tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...]]:
-    """A regex for any failure word (None if there are none), and one per severity, highest
-    first. Most lines have no failure word: one search over all words settles them, at half
-    the cost of one search per severity (benchmarks/cpu_speed.py's end-to-end row)."""
+def _compile(words: tuple[tuple[str, tuple[str, ...]], ...], success_words: tuple[str, ...]) -> Compiled:
+    """A regex for any failure word (None if there are none), one per severity, highest
+    first, and one for any success word (None if there are none). Most lines have no failure
+    word: one search over all words settles them, at half the cost of one search per
+    severity (benchmarks/cpu_speed.py's end-to-end row)."""
     by_rank = [(level, w) for level, w in sorted(words, key=lambda item: -SEVERITY_RANK[item[0]]) if w]
     every_word = [word for _, w in by_rank for word in w]
     return (
         _words_regex(every_word) if every_word else None,
         tuple((level, _words_regex(w)) for level, w in by_rank),
+        re.compile(r"\b(?:" + "|".join(success_words) + r")\b", re.IGNORECASE) if success_words else None,
     )
 
 
@@ -62,22 +70,25 @@ def _key(words: dict[str, tuple[str, ...]] | dict[str, list[str]]) -> tuple[tupl
     return tuple(sorted((level, tuple(w)) for level, w in words.items()))
 
 
-def check_failure_words(words: dict[str, list[str]]) -> None:
+def check_failure_words(words: dict[str, list[str]], success_words: list[str]) -> None:
     """Raise ValueError naming the bad level or regex."""
-    for level, patterns in words.items():
+    for level in words:
         if level not in SEVERITY_RANK:
             raise ValueError(
                 f"failure_words: unknown severity {level!r}; expected one of {list(SEVERITY_RANK)}"
             )
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"failure_words.{level}: invalid regex {pattern!r}: {exc}") from None
+    named = [(f"failure_words.{level}", p) for level, patterns in words.items() for p in patterns]
+    for name, pattern in [*named, *(("success_words", p) for p in success_words)]:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{name}: invalid regex {pattern!r}: {exc}") from None
 
 
 def line_severity(
-    line: str, words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None
+    line: str,
+    words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None,
+    success_words: Iterable[str] = DEFAULT_SUCCESS_WORDS,
 ) -> str | None:
     """The higher of the line's level field and its failure words (None if it has neither);
     a debug or info level field is kept as it is."""
@@ -85,12 +96,20 @@ def line_severity(
     level = parse_level(text)
     if level in ROUTINE_LEVELS:
         return level
-    any_word, by_severity = _compile(_key(DEFAULT_FAILURE_WORDS if words is None else words))
-    if any_word is None or not any_word.search(text):
+    any_word, by_severity, success = _compile(
+        _key(DEFAULT_FAILURE_WORDS if words is None else words), tuple(success_words)
+    )
+    found = any_word.search(text) if any_word is not None else None
+    if found is None:
         return level
+    start = 0  # failure words count from here on: after the last success word
+    if success is not None and success.search(text, found.end()):
+        start = max(m.end() for m in success.finditer(text, found.end()))
+        if not any_word.search(text, start):
+            return level
     for word_level, regex in by_severity:
         if level is not None and SEVERITY_RANK[level] >= SEVERITY_RANK[word_level]:
             break
-        if regex.search(text):
+        if regex.search(text, start):
             return word_level
     return level

@@ -146,9 +146,10 @@ def test_a_new_burst_late_in_the_log_alerts_after_the_online_refits(tmp_path: Pa
     """`replay --auto-train all` of Linux_2k with 30 lines of a failing disk after line 1,500,
     the most surprising lines of the file: they alert. Before the refits kept the calibration's
     shape, the refit at line 1,500 fitted a heavier tail (xi -0.5 -> +0.5) that put the
-    threshold at 65 nats, and none did. The other alerts stay under 5 per 1,000 (9 lines: kernel
-    lines with failure words that the baseline never had, past the capped statistic's tail; 2
-    before stop 30 added it; 27 with the heavier refit)."""
+    threshold at 65 nats, and none did. The other alerts stay under 5 per 1,000 (6 lines: kernel
+    lines with failure words that the baseline never had, past the capped statistic's tail; 9
+    before stop 33's success words, 2 before stop 30 added the capped statistic; 27 with the
+    heavier refit)."""
     lines = LINUX.read_text(encoding="utf-8", errors="replace").splitlines()
     log = tmp_path / "burst.log"
     log.write_text("\n".join(inject_burst(lines, after=1500).lines) + "\n")

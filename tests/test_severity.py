@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from logstream.scoring import ScoringConfig
+from logstream.scoring import Calibration, ScoringConfig
 from logstream.severity import line_severity
 
 
@@ -26,11 +26,16 @@ from logstream.severity import line_severity
         ("2015-10-18 18:01:47,978 WARN [main] task failed", "error"),
         ("2015-07-29 17:41:44,747 - INFO  [QuorumPeer[myid=1]] - Notification time out: 3200", "info"),
         ("ntpd[2000]: synchronized to 10.100.14.250, stratum 3", None),
+        ("kernel: Intel machine check reporting enabled on CPU#0.", None),
+        ("kernel: Enabling unmasked SIMD FPU exception support... done.", None),
+        ("kernel: There is already a security framework initialized, register_security failed.", "error"),
+        ("disk check ok, then sda: I/O error", "error"),
     ],
 )
 def test_severity_reads_level_fields_and_failure_words(line: str, severity: str | None) -> None:
-    """Lower-case failure words count like a level; a level field counts; negated counts do not;
-    words do not raise a line its writer marked info or debug, they do raise a warning."""
+    """Lower-case failure words count like a level; a level field counts; negated counts do not,
+    nor do words followed by a success word (a feature that works); words do not raise a line
+    its writer marked info or debug, they do raise a warning."""
     assert line_severity(line) == severity
 
 
@@ -49,7 +54,27 @@ def test_content_severity_can_be_switched_off() -> None:
     assert config.severity("ERROR db: down") == "error"
 
 
+def test_success_words_are_configurable() -> None:
+    """An empty list of success words gives a failure word back its severity; a user's word counts."""
+    line = "kernel: Intel machine check reporting enabled on CPU#0."
+    assert ScoringConfig().severity(line) is None
+    assert ScoringConfig(success_words=[]).severity(line) == "critical"
+    assert ScoringConfig(success_words=["recovered"]).severity("raid: disk error, recovered") is None
+
+
+def test_success_words_are_saved_and_older_models_keep_none() -> None:
+    """The words travel with a model; one saved before they existed was calibrated without
+    them, so it keeps scoring without them."""
+    line = "kernel: Intel machine check reporting enabled on CPU#0."
+    saved = Calibration(config=ScoringConfig(success_words=["enabled"])).to_json()
+    assert Calibration.from_json(saved).config.severity(line) is None
+    del saved["config"]["success_words"]
+    assert Calibration.from_json(saved).config.severity(line) == "critical"
+
+
 def test_bad_failure_word_is_a_clear_error() -> None:
-    """A failure-word regex that does not compile names its severity and pattern."""
+    """A failure-word or success-word regex that does not compile names its list and pattern."""
     with pytest.raises(ValueError, match=r"failure_words.error: invalid regex"):
         ScoringConfig(failure_words={"error": ["(unclosed"]})
+    with pytest.raises(ValueError, match=r"success_words: invalid regex"):
+        ScoringConfig(success_words=["(unclosed"])
