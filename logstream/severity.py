@@ -44,8 +44,39 @@ DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
 DEFAULT_SUCCESS_WORDS = ("enabled", "supported", "done", "ok", "succeeded", "successful(?:ly)?")
 
 
+def _first_character(word: str) -> str | None:
+    """The character every match of the regex `word` starts with, when that is plain to see:
+    it begins with a letter or digit that no quantifier makes optional, and has no
+    alternation outside a group (`fail(?:ed|s)?`, `out of memory`); else None."""
+    if not word[:1].isalnum() or word[1:2] in ("?", "*", "{"):
+        return None
+    depth, escaped, in_class = 0, False, False
+    for ch in word:  # a misread class only finds more top-level `|`s: None, the safe answer
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif ch == "|" and depth == 0:
+            return None
+    return word[0]
+
+
 def _words_regex(words: Iterable[str]) -> re.Pattern[str]:
-    return re.compile(r"(?<!\bno )(?<!\b0 )(?<!without )\b(?:" + "|".join(words) + r")\b", re.IGNORECASE)
+    """Any of `words` on word boundaries, not right after `no `, `0 ` or `without `. Most
+    word starts begin no failure word: a lookahead on the words' first characters leaves
+    them after one test, where trying every word there cost 3.5x as much (loghub lines)."""
+    words = list(words)
+    firsts = [_first_character(w) for w in words]
+    ahead = "" if None in firsts else "(?=[" + "".join(sorted({c for c in firsts if c})) + "])"
+    return re.compile(
+        r"\b" + ahead + r"(?<!\bno )(?<!\b0 )(?<!without )(?:" + "|".join(words) + r")\b", re.IGNORECASE
+    )
 
 
 Compiled = tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...], re.Pattern[str] | None]

@@ -78,3 +78,20 @@ def test_bad_failure_word_is_a_clear_error() -> None:
         ScoringConfig(failure_words={"error": ["(unclosed"]})
     with pytest.raises(ValueError, match=r"success_words: invalid regex"):
         ScoringConfig(success_words=["(unclosed"])
+
+
+@pytest.mark.parametrize(
+    ("word", "line"),
+    [
+        ("oops|uh-oh", "job: uh-oh, it broke"),  # alternation at the top: either side may start it
+        ("[xy]fail", "disk: yfail on sda"),  # a class
+        ("e?rror", "disk: rror on sda"),  # an optional first letter
+        ("(?:bad|worse) block", "disk: worse block 7"),  # a group
+        (r"\d+ lost", "net: 3 lost"),  # an escape
+        ("boom", "job: BOOM"),  # a plain word: the prefilter, case-insensitive
+    ],
+)
+def test_custom_failure_words_match_whatever_they_start_with(word: str, line: str) -> None:
+    """The search skips word starts that no failure word can begin with; a regex whose first
+    character is not plain to see turns that off instead of missing its matches."""
+    assert ScoringConfig(failure_words={"error": [word]}).severity(line) == "error"
