@@ -142,9 +142,8 @@ class ScoringConfig:
     failure_words: dict[str, list[str]] = field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()}
     )
-    success_words: list[str] = field(
-        default_factory=lambda: list(DEFAULT_SUCCESS_WORDS)
-    )  # later in a line, they undo its failure words
+    # a failure word followed by one of these (`reporting enabled`) does not count
+    success_words: list[str] = field(default_factory=lambda: list(DEFAULT_SUCCESS_WORDS))
     novelty: float = DEFAULT_NOVELTY  # nats added when the line's template is new to the model
     tail_model: str = "gpd"
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
