@@ -63,7 +63,7 @@ from logstream.errors import UserError
 from logstream.severity import (
     DEFAULT_FAILURE_WORDS,
     DEFAULT_SUCCESS_WORDS,
-    check_failure_words,
+    check_severity_words,
     line_severity,
 )
 from logstream.tail import (
@@ -189,7 +189,7 @@ class ScoringConfig:
                 raise ValueError(f"{name}: {getattr(self, name)} is negative")
         if self.token_cap <= 0:
             raise ValueError(f"token_cap: {self.token_cap} is not positive")
-        check_failure_words(self.failure_words, self.success_words)
+        check_severity_words(self.failure_words, self.success_words)
 
     def severity(self, line: str) -> str | None:
         return line_severity(line, self.failure_words if self.content_severity else {}, self.success_words)

@@ -79,11 +79,11 @@ def _words_regex(words: Iterable[str]) -> re.Pattern[str]:
     )
 
 
-Compiled = tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...], re.Pattern[str] | None]
+_Compiled = tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...], re.Pattern[str] | None]
 
 
 @lru_cache(maxsize=16)
-def _compile(words: tuple[tuple[str, tuple[str, ...]], ...], success_words: tuple[str, ...]) -> Compiled:
+def _compile(words: tuple[tuple[str, tuple[str, ...]], ...], success_words: tuple[str, ...]) -> _Compiled:
     """A regex for any failure word (None if there are none), one per severity, highest
     first, and one for any success word (None if there are none). Most lines have no failure
     word: one search over all words settles them, at half the cost of one search per
@@ -101,7 +101,7 @@ def _key(words: dict[str, tuple[str, ...]] | dict[str, list[str]]) -> tuple[tupl
     return tuple(sorted((level, tuple(w)) for level, w in words.items()))
 
 
-def check_failure_words(words: dict[str, list[str]], success_words: list[str]) -> None:
+def check_severity_words(words: dict[str, list[str]], success_words: list[str]) -> None:
     """Raise ValueError naming the bad level or regex."""
     for level in words:
         if level not in SEVERITY_RANK:
@@ -134,8 +134,9 @@ def line_severity(
     if found is None:
         return level
     start = 0  # failure words count from here on: after the last success word
-    if success is not None and success.search(text, found.end()):
-        start = max(m.end() for m in success.finditer(text, found.end()))
+    after = [m.end() for m in success.finditer(text, found.end())] if success is not None else []
+    if after:
+        start = after[-1]
         if not any_word.search(text, start):
             return level
     for word_level, regex in by_severity:
