@@ -99,7 +99,7 @@ from logstream.replay import (
     to_streams,
     train_parts,
 )
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, ScoringConfig, auc_pr, precision_recall_f1
+from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, ScoringConfig, auc_pr, precision_recall_f1, unseen
 from logstream.severity import SEVERITY_RANK, line_severity
 from logstream.tail import MIN_SAMPLES
 from logstream.train import TrainConfig, calibrate, heldout_split, train
@@ -136,6 +136,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "- online refits (the held-out tail only)": {"refit_every": 0},
     "- words (the top 3 of tokens, the default before stop 14)": {"line_unit": "token"},
     "- capped statistic (the top 3 words alone, the default before stop 30)": {"capped_top_k": 0},
+    "- crash words (the critical prior in the evidence alone, before stop 34)": {"crash_words": False},
     "+ template centering (a known template against its usual surprise; default off)": {
         "template_centering": True
     },
@@ -324,13 +325,12 @@ HALVES_SEEDS = range(5)  # injection seeds of --halves
 
 
 def unseen_tokens(token_nll: list[np.ndarray], labels: list[int], vocab_size: int) -> dict[str, float | None]:
-    """What the model says of lines it does not know. A line is unseen when its median token
-    costs more than half of ln V, V the vocabulary: the model is closer to a uniform guess
-    than to knowing it. Median token NLL of the incident lines and of the unseen normal ones,
-    and how many normal lines per 1,000 are unseen."""
+    """What the model says of lines it does not know (`scoring.unseen`: the model is closer to
+    a uniform guess than to knowing them). Median token NLL of the incident lines and of the
+    unseen normal ones, and how many normal lines per 1,000 are unseen."""
     median = np.array([float(np.median(nll)) if len(nll) else 0.0 for nll in token_nll])
     incident = np.array(labels) == 1
-    unseen_normal = (median > math.log(vocab_size) / 2) & ~incident
+    unseen_normal = np.array([unseen(nll, vocab_size) for nll in token_nll]) & ~incident
     return {
         "ln_vocab": round(math.log(vocab_size), 2),
         "incident_median": round(float(np.median(median[incident])), 2),

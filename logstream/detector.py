@@ -36,6 +36,7 @@ from logstream.scoring import (
     severity,
     surprising_tokens,
     top_mean,
+    unseen,
 )
 from logstream.tail import OnlineTail, TailFit
 from logstream.tokenizer import LineTokenizer, prompt_ids
@@ -57,6 +58,7 @@ class ScoredLine:
     template: str | None = None
     known_template: int | None = None  # cluster number of the training template it matched (None: new)
     capped: float | None = None  # nats: the capped statistic's surprisal (scoring; None: off)
+    crash: bool = False  # unseen, and its words name a crash (`ScoringConfig.names_crash`)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (anomalies only)
     kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.quiet)
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
@@ -89,6 +91,7 @@ class LineEvidence:
     raw: float  # nats: surprisal + severity prior + novelty - burst discount - template offset
     capped: float | None = None  # nats: the capped statistic's surprisal (None: off)
     capped_raw: float | None = None  # nats: that plus the same priors (what the capped tail calibrates)
+    crash: bool = False  # unseen, and its words name a crash: the score gains the crash bonus
 
 
 def line_evidence(
@@ -117,9 +120,11 @@ def line_evidence(
             raise ValueError("line_evidence: the capped statistic needs the vocab_size")
         # a word's capped NLL: its most surprising token's, capped (the max of the capped tokens)
         capped = top_mean(np.minimum(units, config.token_cap * math.log(vocab_size)), config.capped_top_k)
-    seen = Observation(surprisal, config.severity(line), novel, repeats, template, capped)
+    severity = config.severity(line)
+    crash = vocab_size is not None and config.names_crash(line, severity) and unseen(token_nll, vocab_size)
+    seen = Observation(surprisal, severity, novel, repeats, template, capped)
     return LineEvidence(
-        surprisal, seen.severity, calibration.evidence(seen), capped, calibration.capped_evidence(seen)
+        surprisal, severity, calibration.evidence(seen), capped, calibration.capped_evidence(seen), crash
     )
 
 
@@ -277,7 +282,9 @@ class Detector:
                 self.tokenizer.vocab_size,
             )  # fmt: skip
             line_tail, capped_tail = self.tails
-            score = self.calibration.line_score(evidence.raw, line_tail, evidence.capped_raw, capped_tail)
+            score = self.calibration.line_score(
+                evidence.raw, line_tail, evidence.capped_raw, capped_tail, evidence.crash
+            )
             over = score > threshold
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
             alerting = over and not suppressed  # only alerts pay for their explanation
@@ -295,6 +302,7 @@ class Detector:
                     template=mined.template,
                     known_template=known,
                     capped=evidence.capped,
+                    crash=evidence.crash,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
                         for pos, nll_ in surprising_tokens(token_nll)

@@ -136,7 +136,7 @@ LEVELS = {
     "SEVERE": "error", "CRITICAL": "critical", "CRIT": "critical", "FATAL": "critical",
     "PANIC": "critical", "EMERG": "critical", "ALERT": "critical",
 }  # fmt: skip
-_LEVEL_RE = re.compile(r"\b(" + "|".join(LEVELS) + r")\b|\[(" + "|".join(LEVELS).lower() + r")\]")
+LEVEL_RE = re.compile(r"\b(" + "|".join(LEVELS) + r")\b|\[(" + "|".join(LEVELS).lower() + r")\]")
 
 
 class Normalizer:
@@ -164,7 +164,7 @@ class Normalizer:
 
 def parse_level(line: str) -> str | None:
     """The line's log level as debug|info|warning|error|critical, if it states one."""
-    match = _LEVEL_RE.search(line[:MAX_LINE_CHARS])
+    match = LEVEL_RE.search(line[:MAX_LINE_CHARS])
     if match is None:
         return None
     return LEVELS[(match.group(1) or match.group(2)).upper()]

@@ -43,6 +43,15 @@
   (1.0-1.25x the first one's rate, docs/quality.md), so the threshold keeps its meaning.
   The uncapped one alone missed incidents on raw logs; the capped one alone lost the HDFS
   and demo incidents that are one wildly unlikely token (docs/quality.md, "Two statistics").
+- Crash words: a line the model has not seen (`unseen`) whose words, not its level field,
+  are critical (`severity.critical_by_words`: `Out of memory: Kill process`, `segfault`)
+  scores the critical prior a second time, after the tail, as the probability factor it
+  stands for: e^3 ~ 20, +1.3 in -log10 p. In the evidence the prior is worth what the tail
+  makes of 3 nats where the line lands: past a bounded tail's end a whole alert, on a heavy
+  tail (a log whose held-out lines are often unseen, Thunderbird's) a tenth of an order of
+  magnitude, so an unseen OOM kill there scored like an unseen boot line. Such lines are
+  rare in normal logs (2 lines of the 15 loghub samples' 30,000), so the false-alarm rate moves
+  by at most 19x their share (docs/quality.md, "Crash words").
 - End evidence: the surprisal of the end-of-stream token when a stream closes.
 
 Score = -log10 P(a normal line's evidence is at least this high), from the tail of
@@ -64,6 +73,7 @@ from logstream.severity import (
     DEFAULT_FAILURE_WORDS,
     DEFAULT_SUCCESS_WORDS,
     check_severity_words,
+    critical_by_words,
     line_severity,
 )
 from logstream.tail import (
@@ -153,11 +163,12 @@ class ScoringConfig:
     line_unit: str = DEFAULT_LINE_UNIT  # top_k over "word"s (each by its most surprising token) or "token"s
     capped_top_k: int = DEFAULT_CAPPED_TOP_K  # the capped statistic's top k; 0: off
     token_cap: float = DEFAULT_TOKEN_CAP  # x ln V: the capped statistic's ceiling on a token's NLL
+    crash_words: bool = True  # an unseen line whose words are critical: the critical prior again, in score
 
     def __post_init__(self) -> None:
         for name, kind in (
             ("line_top_k", int), ("refit_every", int), ("repeat_window", int), ("content_severity", bool),
-            ("template_centering", bool), ("capped_top_k", int),
+            ("template_centering", bool), ("capped_top_k", int), ("crash_words", bool),
         ):  # fmt: skip
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"{name}: expected {kind.__name__}, got {type(getattr(self, name)).__name__}")
@@ -194,6 +205,21 @@ class ScoringConfig:
     def severity(self, line: str) -> str | None:
         return line_severity(line, self.failure_words if self.content_severity else {}, self.success_words)
 
+    def names_crash(self, line: str, severity: str | None) -> bool:
+        """Whether the line's own words name a crash (`severity.critical_by_words`); settled by
+        its severity for nearly every line. The bonus also needs the line `unseen`."""
+        return (
+            self.crash_words
+            and self.content_severity
+            and severity == "critical"
+            and critical_by_words(line, self.failure_words, self.success_words)
+        )
+
+    @property
+    def crash_bonus(self) -> float:
+        """What crash words add to a score, in -log10 p: the critical prior as a factor e^prior."""
+        return self.severity_prior.get("critical", 0.0) / math.log(10)
+
     def evidence(self, surprisal: float, severity: str | None, novel: bool, repeats: int = 0) -> float:
         """Surprisal plus the priors, minus the burst discount, all in nats: the raw score
         that the line tail calibrates."""
@@ -211,6 +237,13 @@ class Observation:
     repeats: int = 0  # times the line's template occurred in the stream's recent lines
     template: int | None = None  # the known (training) template's cluster number; None if new
     capped: float | None = None  # nats: the capped statistic's surprisal (None: off)
+    crash: bool = False  # unseen, and its words name a crash (`ScoringConfig.names_crash`)
+
+
+def unseen(token_nll: np.ndarray, vocab_size: int) -> bool:
+    """Whether the model is closer to a uniform guess than to knowing the line: its median
+    token costs more than half of ln V (V the vocabulary; ln V is a uniform guess)."""
+    return len(token_nll) > 0 and float(np.median(token_nll)) > math.log(vocab_size) / 2
 
 
 @dataclass
@@ -260,17 +293,21 @@ class Calibration:
         fit: TailFit | None = None,
         capped: float | None = None,
         capped_fit: TailFit | None = None,
+        crash: bool = False,
     ) -> float:
         """The line's score from its evidence and, when both it and a capped tail exist, its
         capped evidence: the larger of the two tails' scores (`fit`, `capped_fit`: online
-        refits of the calibrated tails)."""
+        refits of the calibrated tails); plus the crash bonus for a line whose words name a
+        crash (`crash`, from `ScoringConfig.names_crash`)."""
         score = _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
-        if capped is None or self.capped is None or self.config.tail_model == "raw":
-            return score
-        capped_score = _tail_score(
-            capped_fit or self.capped, self.config.tail_model, self.capped_reference, capped
-        )
-        return max(score, capped_score)
+        if capped is not None and self.capped is not None and self.config.tail_model != "raw":
+            capped_score = _tail_score(
+                capped_fit or self.capped, self.config.tail_model, self.capped_reference, capped
+            )
+            score = max(score, capped_score)
+        if crash and self.config.tail_model != "raw":  # "raw" compares nats, not probabilities
+            score += self.config.crash_bonus
+        return score
 
     def end_score(self, raw: float) -> float:
         return _tail_score(self.end, self.config.tail_model, self.end_reference, raw)
@@ -309,8 +346,9 @@ class Calibration:
         values = finite_list(list(offsets.values()), "template_offsets")
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
         # saved before words counted: its tails are of tokens; before the capped statistic: one
-        # tail; before success words (stop 33): its tails were fitted without them
-        config = {"line_unit": "token", "capped_top_k": 0, "success_words": []} | config
+        # tail; before success words (stop 33): its tails were fitted without them; before crash
+        # words (stop 34): its alerts were set without them
+        config = {"line_unit": "token", "capped_top_k": 0, "success_words": [], "crash_words": False} | config
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

@@ -316,7 +316,7 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     for start in range(0, len(heldout), group):
         for session in detector.score_streams(heldout[start : start + group], ends=True):
             seen = [
-                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template, s.capped)
+                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template, s.capped, s.crash)
                 for s in session.lines
             ]
             if session.end is None:
@@ -330,7 +330,9 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
     worst = [
         session_worst(
             [
-                calibration.line_score(calibration.evidence(o), capped=calibration.capped_evidence(o))
+                calibration.line_score(
+                    calibration.evidence(o), capped=calibration.capped_evidence(o), crash=o.crash
+                )
                 for o in seen
             ],
             calibration.end_score(end) if calibration.end else None,
