@@ -110,6 +110,7 @@ class Unit:
     surprisal: float = 0.0  # nats/token, the model alone
     level: str | None = None
     novel: bool = False
+    crash: bool = False  # unseen, and its words name a crash: its score holds the crash bonus
     chunk: int = 0  # which model scored it (prequential replay)
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
     template: str | None = None  # the template mined for the line when it was scored
@@ -302,8 +303,8 @@ def _row(u: Unit) -> dict[str, Any]:
     """The `--out` row: `line` is 1-based in the input file, `index` the 0-based item."""
     return {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
             "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
-            "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk,
-            "label": u.label, "template": u.template, "text": u.text,
+            "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "crash": u.crash,
+            "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
 
 
@@ -369,8 +370,9 @@ class _Scorer:
             stream=unit.record.stream, text=scored.record.line, score=unit.score,
             threshold=scored.threshold, label=label, index=index,
             raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
-            chunk=self.chunk, line=line, template=scored.template, explanation=scored.explanation,
-            event_time=scored.record.timestamp, anomaly=self.detector.anomaly(unit),
+            crash=scored.crash, chunk=self.chunk, line=line, template=scored.template,
+            explanation=scored.explanation, event_time=scored.record.timestamp,
+            anomaly=self.detector.anomaly(unit),
         )  # fmt: skip
 
 

@@ -126,6 +126,8 @@ class AuditLog:
                 "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
                 "model": model,  # the version that scored it (`logstream models compare`)
             }
+            if line.crash:
+                entry["crash"] = True  # unseen, and its words name a crash: the score holds +1.3
             if line.suppressed:
                 entry["suppressed"] = True  # over the threshold, but its template was marked normal
             if shadow:
