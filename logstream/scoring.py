@@ -300,14 +300,14 @@ class Calibration:
         refits of the calibrated tails); plus the crash bonus for a line whose words name a
         crash (`crash`, from `ScoringConfig.names_crash`)."""
         score = _tail_score(fit or self.line, self.config.tail_model, self.line_reference, evidence)
-        if capped is not None and self.capped is not None and self.config.tail_model != "raw":
+        if self.config.tail_model == "raw":  # the ablation compares nats: one statistic, no factor
+            return score
+        if capped is not None and self.capped is not None:
             capped_score = _tail_score(
                 capped_fit or self.capped, self.config.tail_model, self.capped_reference, capped
             )
             score = max(score, capped_score)
-        if crash and self.config.tail_model != "raw":  # "raw" compares nats, not probabilities
-            score += self.config.crash_bonus
-        return score
+        return score + (self.config.crash_bonus if crash else 0.0)
 
     def end_score(self, raw: float) -> float:
         return _tail_score(self.end, self.config.tail_model, self.end_reference, raw)
