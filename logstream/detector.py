@@ -23,6 +23,7 @@ import torch
 from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.feedback import FeedbackRules
+from logstream.following import AlertFollowing, place
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
@@ -38,6 +39,7 @@ from logstream.scoring import (
     top_mean,
     unseen,
 )
+from logstream.severity import SEVERITY_RANK
 from logstream.tail import OnlineTail, TailFit
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -59,6 +61,7 @@ class ScoredLine:
     known_template: int | None = None  # cluster number of the training template it matched (None: new)
     capped: float | None = None  # nats: the capped statistic's surprisal (scoring; None: off)
     crash: bool = False  # unseen, and its words name a crash (`ScoringConfig.names_crash`)
+    follows: bool = False  # unseen, right after its source's alert: its score is that alert's (`following`)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (anomalies only)
     kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.quiet)
     explanation: Explanation | None = None  # the surprising words (anomalies only; `explain`)
@@ -176,6 +179,7 @@ class Detector:
         }
         self.miner = seeded_miner(self.known_templates)
         self.known_clusters = self.miner.size  # clusters 1..known_clusters are training templates
+        self.following = AlertFollowing()
         self.feedback: FeedbackRules | None = None  # templates operators marked normal
         sink_ids = {
             "patterns": prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"]),
@@ -228,6 +232,7 @@ class Detector:
         for stream in list(self.engine.streams):
             self.engine.drop(stream)
         self.recent.clear()
+        self.following.clear()
         self.miner = seeded_miner(self.known_templates)
 
     @property
@@ -286,6 +291,15 @@ class Detector:
                 evidence.raw, line_tail, evidence.capped_raw, capped_tail, evidence.crash
             )
             over = score > threshold
+            at = place(record.stream, record.line) if self.scoring.follow_alerts else None
+            alert_before = None if over else self.following.alert_before(at)
+            follows = (
+                alert_before is not None
+                and SEVERITY_RANK.get(evidence.level or "", 0) >= SEVERITY_RANK["error"]
+                and unseen(token_nll, self.tokenizer.vocab_size)
+            )
+            if follows:
+                score, over = alert_before, True
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
             alerting = over and not suppressed  # only alerts pay for their explanation
             out.append(
@@ -303,6 +317,7 @@ class Detector:
                     known_template=known,
                     capped=evidence.capped,
                     crash=evidence.crash,
+                    follows=follows,
                     top_tokens=tuple(
                         (self.tokenizer.token_text(token_ids[i][pos]), nll_)
                         for pos, nll_ in surprising_tokens(token_nll)
@@ -313,6 +328,7 @@ class Detector:
                     suppressed=suppressed,
                 )
             )
+            self.following.record(at, score if alerting else None)
             if self.online is not None:  # by score: feedback must not move the tail fit
                 self.online.observe(evidence.raw, over)
             if self.online_capped is not None and evidence.capped_raw is not None:

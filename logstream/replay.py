@@ -111,6 +111,7 @@ class Unit:
     level: str | None = None
     novel: bool = False
     crash: bool = False  # unseen, and its words name a crash: its score holds the crash bonus
+    follows: bool = False  # unseen, right after its source's alert: its score is that alert's
     chunk: int = 0  # which model scored it (prequential replay)
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
     template: str | None = None  # the template mined for the line when it was scored
@@ -304,7 +305,7 @@ def _row(u: Unit) -> dict[str, Any]:
     return {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
             "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
             "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "crash": u.crash,
-            "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
+            "follows": u.follows, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
 
 
@@ -370,7 +371,7 @@ class _Scorer:
             stream=unit.record.stream, text=scored.record.line, score=unit.score,
             threshold=scored.threshold, label=label, index=index,
             raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
-            crash=scored.crash, chunk=self.chunk, line=line, template=scored.template,
+            crash=scored.crash, follows=scored.follows, chunk=self.chunk, line=line, template=scored.template,
             explanation=scored.explanation, event_time=scored.record.timestamp,
             anomaly=self.detector.anomaly(unit),
         )  # fmt: skip

@@ -164,11 +164,13 @@ class ScoringConfig:
     capped_top_k: int = DEFAULT_CAPPED_TOP_K  # the capped statistic's top k; 0: off
     token_cap: float = DEFAULT_TOKEN_CAP  # x ln V: the capped statistic's ceiling on a token's NLL
     crash_words: bool = True  # an unseen line whose words are critical: the critical prior again, in score
+    follow_alerts: bool = True  # an unseen line right after its source's alert alerts with it (`following`)
 
     def __post_init__(self) -> None:
         for name, kind in (
             ("line_top_k", int), ("refit_every", int), ("repeat_window", int), ("content_severity", bool),
             ("template_centering", bool), ("capped_top_k", int), ("crash_words", bool),
+            ("follow_alerts", bool),
         ):  # fmt: skip
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"{name}: expected {kind.__name__}, got {type(getattr(self, name)).__name__}")
@@ -347,8 +349,9 @@ class Calibration:
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
         # saved before words counted: its tails are of tokens; before the capped statistic: one
         # tail; before success words (stop 33): its tails were fitted without them; before crash
-        # words (stop 34): its alerts were set without them
-        config = {"line_unit": "token", "capped_top_k": 0, "success_words": [], "crash_words": False} | config
+        # words (stop 34) or following alerts (stop 35): its alerts were set without them
+        before = {"line_unit": "token", "capped_top_k": 0, "success_words": [], "crash_words": False}
+        config = before | {"follow_alerts": False} | config
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

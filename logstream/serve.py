@@ -128,6 +128,8 @@ class AuditLog:
             }
             if line.crash:
                 entry["crash"] = True  # unseen, and its words name a crash: the score holds +1.3
+            if line.follows:
+                entry["follows"] = True  # unseen, right after its source's alert: the score is that alert's
             if line.suppressed:
                 entry["suppressed"] = True  # over the threshold, but its template was marked normal
             if shadow:

@@ -8,18 +8,14 @@ magnitude, and an unseen OOM kill scored like an unseen boot line (docs/quality.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from logstream.detector import ScoredLine, line_evidence
-from logstream.records import LogRecord
+from logstream.detector import line_evidence
 from logstream.replay import Unit, _row
 from logstream.scoring import Calibration, ScoringConfig, unseen
-from logstream.serve import AuditLog
 from logstream.severity import critical_by_words
 
 V = 512  # the tiny preset's vocabulary: a line is unseen when its median token costs > ln V / 2
@@ -91,17 +87,3 @@ def test_replay_rows_say_when_a_score_holds_the_bonus() -> None:
         _row(Unit(stream="s", text="kernel: device ready", score=1.0, threshold=3.5, label=None))["crash"]
         is False
     )
-
-
-def test_serve_audit_log_says_when_a_score_holds_the_bonus(tmp_path: Path) -> None:
-    audit = AuditLog(tmp_path / "audit.jsonl")
-    record = LogRecord(OOM, stream="combo", source="logs/0", offset=7)
-    audit.write(
-        [
-            ScoredLine(record=record, score=4.0, raw=12.0, surprisal=5.0, threshold=3.5, crash=True),
-            ScoredLine(record=record, score=1.0, raw=3.0, surprisal=1.0, threshold=3.5),
-        ]
-    )
-    audit.close()
-    entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [e.get("crash", False) for e in entries] == [True, False]

@@ -1,0 +1,158 @@
+"""Following alerts: an unseen failure line right after its source's alert, in the same second,
+alerts with it and takes its score (`logstream.following`, docs/quality.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from logstream.detector import Detector, ScoredLine
+from logstream.following import AlertFollowing, place
+from logstream.records import LogRecord
+from logstream.replay import Unit, _row
+from logstream.scoring import Calibration, ScoringConfig
+from logstream.serve import AuditLog
+
+# Scored by the shared synthetic model (web and worker lines, no syslog header): every line
+# below is unseen but KNOWN, an error whose message the model knows (its median token costs 0.25
+# nats). Alone, at the threshold of 10: the OOM kill 11.5 (alerts), `Killed process` 9.1,
+# `Remounting` 8.8, KNOWN 7.9, the info line 6.8.
+THRESHOLD = 10.0
+OOM = "Nov  9 12:10:{s} {host} kernel: Out of memory: Kill process 5455 (python) score 522 or sacrifice child"
+KILLED = "Nov  9 12:10:{s} {host} kernel: Killed process 5455 (python) total-vm:3164103kB, anon-rss:804686kB"
+REMOUNT = "Nov  9 12:10:{s} {host} kernel: Remounting filesystem read-only"
+INFO = "Nov  9 12:10:{s} {host} kernel: INFO process 5455 (python) reaped"
+KNOWN = "Nov  9 12:10:{s} {host} kernel: ERROR http: POST /api/users/12303 status=200 bytes=8193 ms=4"
+
+
+def records(*lines: tuple[str, str, str], stream: str = "s") -> list[LogRecord]:
+    """(template, second, host) -> records of one stream."""
+    return [LogRecord(line=t.format(s=s, host=h), stream=stream) for t, s, h in lines]
+
+
+@pytest.fixture
+def detector(synthetic_model_dir: Path) -> Detector:
+    return Detector.load(synthetic_model_dir, device="cpu", threshold=THRESHOLD)
+
+
+def test_place_is_the_source_and_the_second_of_its_own_time() -> None:
+    syslog = place("s", "Jun 18 02:08:11 combo kernel: Killed process 16986 (java)")
+    assert syslog is not None and syslog[0] == ("s", "combo kernel")
+    log4j = place("s", "2015-10-18 18:01:47,978 ERROR [main] org.apache.Foo: failed")
+    later = place("s", "2015-10-18 18:01:47,999 ERROR [main] org.apache.Foo: failed again")
+    assert log4j is not None and log4j == later  # the same second, milliseconds apart
+    assert place("s", "no header here: Out of memory") is None
+
+
+def test_a_source_remembers_its_last_line_only() -> None:
+    following = AlertFollowing(max_sources=2)
+    oom = place("s", OOM.format(s="43", host="a"))
+    following.record(oom, 11.5)
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == 11.5
+    assert following.alert_before(place("s", KILLED.format(s="44", host="a"))) is None  # next second
+    assert following.alert_before(place("s", KILLED.format(s="43", host="b"))) is None  # another host
+    assert following.alert_before(place("t", KILLED.format(s="43", host="a"))) is None  # another stream
+    assert following.alert_before(None) is None
+    following.record(place("s", INFO.format(s="43", host="a")), None)  # a line that did not alert
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
+    following.record(oom, 11.5)
+    following.record(place("s", OOM.format(s="43", host="b")), 11.5)
+    following.record(place("s", OOM.format(s="43", host="c")), 11.5)  # bounded: `a` is forgotten
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
+    assert following.alert_before(place("s", KILLED.format(s="43", host="c"))) == 11.5
+
+
+def test_unseen_failure_lines_after_an_alert_alert_with_it(detector: Detector) -> None:
+    """The OOM kill alerts; `Killed process` and `Remounting` name failures, are unseen and
+    follow it in the same second from the same source: they take its score. An info line
+    does not follow, and after it the chain is broken."""
+    scored = detector.score(
+        records(
+            (OOM, "43", "a"),
+            (KILLED, "43", "a"),
+            (REMOUNT, "43", "a"),
+            (INFO, "43", "a"),
+            (REMOUNT, "43", "a"),
+        )
+    )
+    oom, killed, remount, info, remount_after_info = scored
+    assert oom.is_anomaly and not oom.follows
+    for line in (killed, remount):
+        assert line.follows and line.is_anomaly and line.score == oom.score
+    assert killed.raw < oom.raw  # its own evidence is kept: only the score is the alert's
+    assert not info.follows and not info.is_anomaly and info.level == "info"
+    assert not remount_after_info.follows and not remount_after_info.is_anomaly
+
+
+@pytest.mark.parametrize(
+    ("after", "why"),
+    [
+        ((KILLED, "44", "a"), "the next second"),
+        ((KILLED, "43", "b"), "another host"),
+        ((KNOWN, "43", "a"), "an error line the model knows"),
+    ],
+)
+def test_other_lines_are_judged_alone(detector: Detector, after: tuple[str, str, str], why: str) -> None:
+    oom, line = detector.score(records((OOM, "43", "a"), after))
+    assert oom.is_anomaly
+    assert not line.follows and not line.is_anomaly, why
+
+
+def test_another_stream_does_not_follow(detector: Detector) -> None:
+    (oom,) = detector.score(records((OOM, "43", "a"), stream="one"))
+    (killed,) = detector.score(records((KILLED, "43", "a"), stream="two"))
+    assert oom.is_anomaly and not killed.follows
+
+
+def test_following_does_not_depend_on_the_batches(detector: Detector, synthetic_model_dir: Path) -> None:
+    lines = records((OOM, "43", "a"), (KILLED, "43", "a"), (REMOUNT, "43", "a"), (KNOWN, "43", "a"))
+    together = detector.score(lines)
+    apart = Detector.load(synthetic_model_dir, device="cpu", threshold=THRESHOLD)
+    one_by_one = [s for record in lines for s in apart.score([record])]
+    assert [s.follows for s in together] == [s.follows for s in one_by_one] == [False, True, True, False]
+    # the engine's sums may round differently when it scores one line a step
+    assert [s.score for s in together] == pytest.approx([s.score for s in one_by_one], rel=1e-5)
+
+
+def test_switched_off_each_line_is_judged_alone(detector: Detector) -> None:
+    config = dataclasses.replace(detector.scoring, follow_alerts=False)
+    detector.calibration = dataclasses.replace(detector.calibration, config=config)
+    oom, killed = detector.score(records((OOM, "43", "a"), (KILLED, "43", "a")))
+    assert oom.is_anomaly and not killed.follows and not killed.is_anomaly
+
+
+def test_following_is_saved_and_older_models_keep_it_off() -> None:
+    """A model saved before stop 35 set its alerts without it and keeps doing so."""
+    saved = Calibration(config=ScoringConfig()).to_json()
+    assert Calibration.from_json(saved).config.follow_alerts
+    del saved["config"]["follow_alerts"]
+    assert not Calibration.from_json(saved).config.follow_alerts
+
+
+def test_replay_rows_say_when_a_line_follows() -> None:
+    """On-call reads why a line alerted: its own evidence did not carry it, the alert before did."""
+    line = KILLED.format(s="43", host="a")
+    row = _row(Unit(stream="s", text=line, score=11.5, threshold=10.0, label=None, follows=True))
+    assert row["follows"] is True and row["anomaly"] is True
+    assert _row(Unit(stream="s", text=line, score=9.1, threshold=10.0, label=None))["follows"] is False
+
+
+@pytest.mark.parametrize("flag", ["crash", "follows"])
+def test_serve_audit_log_says_what_a_score_holds(tmp_path: Path, flag: str) -> None:
+    """`crash`: the score holds the crash bonus (tests/test_crash_words.py); `follows`: it is
+    the score of the alert before the line. Written only when true."""
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    record = LogRecord(KILLED.format(s="43", host="a"), stream="s", source="logs/0", offset=7)
+    audit.write(
+        [
+            ScoredLine(record=record, score=11.5, raw=9.0, surprisal=5.0, threshold=10.0, **{flag: True}),
+            ScoredLine(record=record, score=9.1, raw=9.0, surprisal=5.0, threshold=10.0),
+        ]
+    )
+    audit.close()
+    entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [flag in e for e in entries] == [True, False]
+    assert entries[0][flag] is True
