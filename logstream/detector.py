@@ -291,7 +291,9 @@ class Detector:
                 evidence.raw, line_tail, evidence.capped_raw, capped_tail, evidence.crash
             )
             over = score > threshold
-            at = place(record.stream, record.line) if self.scoring.follow_alerts else None
+            at = None  # where the line was written: needed only to record an alert, or to follow one
+            if self.scoring.follow_alerts and (over or self.following.pending(record.stream)):
+                at = place(record.stream, record.line)
             alert_before = None if over else self.following.alert_before(at)
             follows = (
                 alert_before is not None

@@ -22,7 +22,7 @@ other two tests are the detector's.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 from logstream.quiet import MAX_SOURCES, source_of
 
@@ -39,28 +39,49 @@ def place(stream: str, line: str) -> Place | None:
 
 
 class AlertFollowing:
-    """Per (stream, source): the second of its last line, and the score that line alerted
-    with (None: it did not). Bounded: the source written longest ago is forgotten first."""
+    """Per (stream, source) whose last line alerted (or followed): that line's second and score.
+    A source's next line, whatever it is, ends its entry. Only alerts are kept, so a stream
+    with none `pending` needs no line's place: most lines are not parsed at all. Bounded: the
+    alert written longest ago is forgotten first."""
 
     def __init__(self, max_sources: int = MAX_SOURCES) -> None:
         self.max_sources = max_sources
-        self._last: OrderedDict[tuple[str, str], tuple[int, float | None]] = OrderedDict()
+        self._alerts: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
+        self._pending: Counter[str] = Counter()  # stream -> its entries
+
+    def pending(self, stream: str) -> bool:
+        """Whether a line of `stream` may follow an alert (or end one's entry)."""
+        return self._pending.get(stream, 0) > 0
 
     def alert_before(self, at: Place | None) -> float | None:
         """The score of the alert that a line written `at` follows (see the module), or None."""
         if at is None:
             return None
-        last = self._last.get(at[0])
+        last = self._alerts.get(at[0])
         return last[1] if last is not None and last[0] == at[1] else None
 
     def record(self, at: Place | None, alert_score: float | None) -> None:
         """A line written `at` was scored: `alert_score` if it alerted or followed, else None."""
         if at is None:
             return
-        self._last[at[0]] = (at[1], alert_score)
-        self._last.move_to_end(at[0])
-        if len(self._last) > self.max_sources:
-            self._last.popitem(last=False)
+        if alert_score is None:
+            if self._alerts.pop(at[0], None) is not None:
+                self._ended(at[0][0])
+            return
+        if at[0] not in self._alerts:
+            self._pending[at[0][0]] += 1
+        self._alerts[at[0]] = (at[1], alert_score)
+        self._alerts.move_to_end(at[0])
+        if len(self._alerts) > self.max_sources:
+            (stream, _), _ = self._alerts.popitem(last=False)
+            self._ended(stream)
+
+    def _ended(self, stream: str) -> None:
+        """One of the stream's entries is gone; a stream with none is not kept (serve's streams come and go)."""
+        self._pending[stream] -= 1
+        if not self._pending[stream]:
+            del self._pending[stream]
 
     def clear(self) -> None:
-        self._last.clear()
+        self._alerts.clear()
+        self._pending.clear()

@@ -48,21 +48,30 @@ def test_place_is_the_source_and_the_second_of_its_own_time() -> None:
 
 
 def test_a_source_remembers_its_last_line_only() -> None:
+    """Only alerts are kept, and a source's next line ends its alert's entry: a stream with
+    none pending needs no line's place."""
     following = AlertFollowing(max_sources=2)
     oom = place("s", OOM.format(s="43", host="a"))
+    assert not following.pending("s")
     following.record(oom, 11.5)
+    assert following.pending("s") and not following.pending("t")
     assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == 11.5
     assert following.alert_before(place("s", KILLED.format(s="44", host="a"))) is None  # next second
     assert following.alert_before(place("s", KILLED.format(s="43", host="b"))) is None  # another host
     assert following.alert_before(place("t", KILLED.format(s="43", host="a"))) is None  # another stream
     assert following.alert_before(None) is None
-    following.record(place("s", INFO.format(s="43", host="a")), None)  # a line that did not alert
+    following.record(place("s", INFO.format(s="43", host="b")), None)  # another source: no change
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == 11.5
+    following.record(place("s", INFO.format(s="43", host="a")), None)  # its line that did not alert
     assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
-    following.record(oom, 11.5)
-    following.record(place("s", OOM.format(s="43", host="b")), 11.5)
-    following.record(place("s", OOM.format(s="43", host="c")), 11.5)  # bounded: `a` is forgotten
+    assert not following.pending("s")
+    for host in "abc":  # bounded: `a`, the oldest, is forgotten
+        following.record(place("s", OOM.format(s="43", host=host)), 11.5)
     assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
     assert following.alert_before(place("s", KILLED.format(s="43", host="c"))) == 11.5
+    for host in "bc":
+        following.record(place("s", INFO.format(s="44", host=host)), None)
+    assert not following.pending("s") and not following._pending  # no stream kept without an alert
 
 
 def test_unseen_failure_lines_after_an_alert_alert_with_it(detector: Detector) -> None:
