@@ -2,9 +2,10 @@
 
 An OOM kill writes `Out of memory: Kill process 5455 (python)` and, in the same second,
 `Killed process 5455 (python) total-vm:...`; a failing disk `EXT3-fs error`, `Buffer I/O
-error`, `Remounting filesystem read-only`. The first line names the failure best and alerts. The line tail judges each of the others as one line of a normal
-stream, where an unseen line a little more surprising than usual is no news, so they may sit
-under the threshold: on-call gets the headline without the lines that say what it did.
+error`, `Remounting filesystem read-only`. The first line names the failure best and alerts.
+The line tail judges each of the others as one line of a normal stream, where an unseen line
+a little more surprising than usual is no news, so they may sit under the threshold: on-call
+gets the headline without the lines that say what it did.
 
 A line *follows* an alert when all of these hold:
 - the previous line of its source (syslog's `host program`, or a log4j logger:
@@ -77,7 +78,7 @@ class AlertFollowing:
             self._ended(stream)
 
     def _ended(self, stream: str) -> None:
-        """One of the stream's entries is gone; a stream with none is not kept (serve's streams come and go)."""
+        """One of the stream's entries is gone; a stream with none is not kept (streams come and go)."""
         self._pending[stream] -= 1
         if not self._pending[stream]:
             del self._pending[stream]

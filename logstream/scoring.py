@@ -350,8 +350,8 @@ class Calibration:
         # saved before words counted: its tails are of tokens; before the capped statistic: one
         # tail; before success words (stop 33): its tails were fitted without them; before crash
         # words (stop 34) or following alerts (stop 35): its alerts were set without them
-        before = {"line_unit": "token", "capped_top_k": 0, "success_words": [], "crash_words": False}
-        config = before | {"follow_alerts": False} | config
+        before = {"line_unit": "token", "capped_top_k": 0, "success_words": []}
+        config = before | {"crash_words": False, "follow_alerts": False} | config
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

@@ -71,14 +71,6 @@ def test_the_bonus_is_the_critical_prior_as_a_probability_factor() -> None:
     assert raw.line_score(4.0, crash=True) == raw.line_score(4.0)  # nats get no probability factor
 
 
-def test_crash_words_are_saved_and_older_models_keep_them_off() -> None:
-    """A model saved before crash words set its alerts without them and keeps doing so."""
-    saved = Calibration(config=ScoringConfig()).to_json()
-    assert Calibration.from_json(saved).config.crash_words
-    del saved["config"]["crash_words"]
-    assert not Calibration.from_json(saved).config.crash_words
-
-
 def test_replay_rows_say_when_a_score_holds_the_bonus() -> None:
     """On-call reads why a line alerted: the row of `replay --out` carries the flag."""
     row = _row(Unit(stream="s", text=OOM, score=4.0, threshold=3.5, label=None, crash=True))

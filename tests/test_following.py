@@ -133,12 +133,14 @@ def test_switched_off_each_line_is_judged_alone(detector: Detector) -> None:
     assert oom.is_anomaly and not killed.follows and not killed.is_anomaly
 
 
-def test_following_is_saved_and_older_models_keep_it_off() -> None:
-    """A model saved before stop 35 set its alerts without it and keeps doing so."""
+@pytest.mark.parametrize("switch", ["crash_words", "follow_alerts"])
+def test_the_switch_is_saved_and_older_models_keep_it_off(switch: str) -> None:
+    """A model saved before crash words (stop 34) or following (stop 35) set its alerts
+    without them and keeps doing so."""
     saved = Calibration(config=ScoringConfig()).to_json()
-    assert Calibration.from_json(saved).config.follow_alerts
-    del saved["config"]["follow_alerts"]
-    assert not Calibration.from_json(saved).config.follow_alerts
+    assert getattr(Calibration.from_json(saved).config, switch)
+    del saved["config"][switch]
+    assert not getattr(Calibration.from_json(saved).config, switch)
 
 
 def test_replay_rows_say_when_a_line_follows() -> None:
