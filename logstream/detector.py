@@ -39,7 +39,7 @@ from logstream.scoring import (
     top_mean,
     unseen,
 )
-from logstream.severity import SEVERITY_RANK
+from logstream.severity import ROUTINE_LEVELS, SEVERITY_RANK
 from logstream.tail import OnlineTail, TailFit
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -294,14 +294,17 @@ class Detector:
             at = None  # where the line was written: needed only to record an alert, or to follow one
             if self.scoring.follow_alerts and (over or self.following.pending(record.stream)):
                 at = place(record.stream, record.line)
-            alert_before = None if over else self.following.alert_before(at)
+            followed = None if over else self.following.alert_before(at)
             follows = (
-                alert_before is not None
-                and SEVERITY_RANK.get(evidence.level or "", 0) >= SEVERITY_RANK["error"]
+                followed is not None
+                and (
+                    SEVERITY_RANK.get(evidence.level or "", 0) >= SEVERITY_RANK["error"]
+                    or (followed.same_process and evidence.level not in ROUTINE_LEVELS)
+                )
                 and unseen(token_nll, self.tokenizer.vocab_size)
             )
             if follows:
-                score, over = alert_before, True
+                score, over = followed.score, True
             suppressed = over and self.feedback is not None and self.feedback.is_normal(mined.template)
             alerting = over and not suppressed  # only alerts pay for their explanation
             out.append(

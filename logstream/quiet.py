@@ -69,25 +69,32 @@ MIN_QUIET_SECONDS = 60.0  # the shortest silence that is ever reported
 HEADER_CHARS = 200  # how far into a line the syslog header may start
 _HEADER = re.compile(
     r"(?:^|\s)\[?([A-Z][a-z]{2} {1,2}\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?)\]? "
-    r"(\S+) ([^\s\[:]+)(?:\[\d+\])?:"  # host, program[pid]:
+    r"(\S+) ([^\s\[:]+)(?:\[(\d+)\])?:"  # host, program[pid]:
 )
 _LOGGER = re.compile(
     r"(?:^|\s)\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]?,?(?: -)? +"
-    r"(?:\d+ +)?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL|Info|Warning|Error)\s+"  # [pid] LEVEL
+    r"(?:(\d+) +)?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL|Info|Warning|Error)\s+"  # [pid] LEVEL
     r"(?:\[[^\]]*\]\s+)?([A-Za-z][\w.$-]*)"  # [thread] logger
 )
 
 
-def source_of(line: str) -> tuple[str, float] | None:
-    """The line's source (syslog: `host program`; log4j: the logger) and its header's time, or None."""
+def header(line: str) -> tuple[str, float, str | None] | None:
+    """The line's source (syslog: `host program`; log4j: the logger), its header's time and
+    the writing process's id when the header names one; None without a header."""
     if match := _HEADER.search(line, 0, HEADER_CHARS):
-        source = f"{match.group(2)} {match.group(3)}"
+        source, process = f"{match.group(2)} {match.group(3)}", match.group(4)
     elif match := _LOGGER.search(line, 0, HEADER_CHARS):
-        source = match.group(2)
+        source, process = match.group(3), match.group(2)
     else:
         return None
     stamp = line_time(match.group(1))
-    return None if stamp is None else (source, stamp)
+    return None if stamp is None else (source, stamp, process)
+
+
+def source_of(line: str) -> tuple[str, float] | None:
+    """The line's source and its header's time (`header`), or None."""
+    found = header(line)
+    return None if found is None else found[:2]
 
 
 @dataclass(frozen=True)

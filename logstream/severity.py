@@ -33,6 +33,8 @@ DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
     "critical": (
         "panic", "fatal", "oom", "out of memory", "segfault", "segmentation fault", "core dumped",
         "kernel bug", "corrupt(?:ed|ion)?", "machine check", "emergency",
+        # the kernel writes a filesystem's errors at KERN_CRIT; syslog files drop the level
+        "ext[2-4]-fs error", "remounting filesystem read-only",
     ),
     "error": (
         "errors?", "fail(?:ed|s|ure|ures)?", "exceptions?", "killed", "kill process", "read-only",

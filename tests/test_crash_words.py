@@ -28,6 +28,8 @@ OOM = "Jun 18 02:08:11 combo kernel: Out of memory: Kill process 16986 (java) sc
         (OOM, True),
         ("kernel: httpd[21803]: segfault at c7a5c92 ip 7cbdc2ae99 error 4 in libc-2.3.4.so", True),
         ("RAS KERNEL FATAL rts panic! - stopping execution", True),
+        ("kernel: EXT3-fs error (device sda1): ext3_find_entry", True),  # KERN_CRIT, in words
+        ("kernel: Buffer I/O error on device sdb2, logical block 9778938", False),  # an error
         # the level field alone: BlueGene/L's ciod writes FATAL routinely
         ("RAS APP FATAL ciod: failed to read message prefix on control stream", False),
         ("2015-10-18 18:06:26,029 FATAL [IPC Server handler 13] TaskAttemptListener: exited", False),
@@ -35,7 +37,6 @@ OOM = "Jun 18 02:08:11 combo kernel: Out of memory: Kill process 16986 (java) sc
         # the writer marked it routine, or a success word follows: as in line_severity
         ("2015-10-18 18:01:47,978 INFO [main] segfault handler installed", False),
         ("kernel: Intel machine check reporting enabled on CPU#0.", False),
-        ("kernel: EXT3-fs error (device sda1): ext3_find_entry", False),
     ],
 )
 def test_only_the_words_of_a_line_name_a_crash(line: str, critical: bool) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logstream.detector import Detector, ScoredLine
-from logstream.following import AlertFollowing, place
+from logstream.following import AlertFollowing, Followed, place
 from logstream.records import LogRecord
 from logstream.replay import Unit, _row
 from logstream.scoring import Calibration, ScoringConfig
@@ -19,13 +19,17 @@ from logstream.serve import AuditLog
 # Scored by the shared synthetic model (web and worker lines, no syslog header): every line
 # below is unseen but KNOWN, an error whose message the model knows (its median token costs 0.25
 # nats). Alone, at the threshold of 10: the OOM kill 11.5 (alerts), `Killed process` 9.1,
-# `Remounting` 8.8, KNOWN 7.9, the info line 6.8.
+# `Buffer I/O error` 9.1, KNOWN 7.9, the info line 6.8; sshd's throttling error 9.1, its
+# `drop connection` line 6.8.
 THRESHOLD = 10.0
 OOM = "Nov  9 12:10:{s} {host} kernel: Out of memory: Kill process 5455 (python) score 522 or sacrifice child"
 KILLED = "Nov  9 12:10:{s} {host} kernel: Killed process 5455 (python) total-vm:3164103kB, anon-rss:804686kB"
-REMOUNT = "Nov  9 12:10:{s} {host} kernel: Remounting filesystem read-only"
+IO_ERROR = "Nov  9 12:10:{s} {host} kernel: Buffer I/O error on device sdb2, logical block 9778938"
 INFO = "Nov  9 12:10:{s} {host} kernel: INFO process 5455 (python) reaped"
 KNOWN = "Nov  9 12:10:{s} {host} kernel: ERROR http: POST /api/users/12303 status=200 bytes=8193 ms=4"
+THROTTLING = "Nov  9 12:10:{s} {host} sshd[{pid}]: error: beginning MaxStartups throttling"
+DROP = "Nov  9 12:10:{s} {host} sshd[{pid}]: drop connection #10 from [10.1.2.3]:4242 on [10.0.0.1]:22 past MaxStartups"
+OOM_ALERT = Followed(11.5, same_process=False)  # the kernel names no pid
 
 
 def records(*lines: tuple[str, str, str], stream: str = "s") -> list[LogRecord]:
@@ -38,12 +42,16 @@ def detector(synthetic_model_dir: Path) -> Detector:
     return Detector.load(synthetic_model_dir, device="cpu", threshold=THRESHOLD)
 
 
-def test_place_is_the_source_and_the_second_of_its_own_time() -> None:
+def test_place_is_the_source_the_second_of_its_own_time_and_the_pid() -> None:
     syslog = place("s", "Jun 18 02:08:11 combo kernel: Killed process 16986 (java)")
-    assert syslog is not None and syslog[0] == ("s", "combo kernel")
+    assert syslog is not None and syslog[0] == ("s", "combo kernel") and syslog[2] is None  # no pid
+    sshd = place("s", "Jun 18 02:08:11 combo sshd(pam_unix)[19939]: authentication failure")
+    assert sshd == (("s", "combo sshd(pam_unix)"), syslog[1], "19939")
     log4j = place("s", "2015-10-18 18:01:47,978 ERROR [main] org.apache.Foo: failed")
     later = place("s", "2015-10-18 18:01:47,999 ERROR [main] org.apache.Foo: failed again")
     assert log4j is not None and log4j == later  # the same second, milliseconds apart
+    with_pid = place("s", "2015-10-18 18:01:47,978 4242 ERROR [main] org.apache.Foo: failed")
+    assert with_pid is not None and with_pid[2] == "4242"
     assert place("s", "no header here: Out of memory") is None
 
 
@@ -55,45 +63,72 @@ def test_a_source_remembers_its_last_line_only() -> None:
     assert not following.pending("s")
     following.record(oom, 11.5)
     assert following.pending("s") and not following.pending("t")
-    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == 11.5
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == OOM_ALERT
     assert following.alert_before(place("s", KILLED.format(s="44", host="a"))) is None  # next second
     assert following.alert_before(place("s", KILLED.format(s="43", host="b"))) is None  # another host
     assert following.alert_before(place("t", KILLED.format(s="43", host="a"))) is None  # another stream
     assert following.alert_before(None) is None
     following.record(place("s", INFO.format(s="43", host="b")), None)  # another source: no change
-    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == 11.5
+    assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) == OOM_ALERT
     following.record(place("s", INFO.format(s="43", host="a")), None)  # its line that did not alert
     assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
     assert not following.pending("s")
     for host in "abc":  # bounded: `a`, the oldest, is forgotten
         following.record(place("s", OOM.format(s="43", host=host)), 11.5)
     assert following.alert_before(place("s", KILLED.format(s="43", host="a"))) is None
-    assert following.alert_before(place("s", KILLED.format(s="43", host="c"))) == 11.5
+    assert following.alert_before(place("s", KILLED.format(s="43", host="c"))) == OOM_ALERT
     for host in "bc":
         following.record(place("s", INFO.format(s="44", host=host)), None)
     assert not following.pending("s") and not following._pending  # no stream kept without an alert
 
 
+def test_a_line_of_the_same_pid_is_of_the_same_process() -> None:
+    following = AlertFollowing()
+    following.record(place("s", THROTTLING.format(s="43", host="a", pid="77")), 11.5)
+    same = following.alert_before(place("s", DROP.format(s="43", host="a", pid="77")))
+    other = following.alert_before(place("s", DROP.format(s="43", host="a", pid="78")))
+    assert same == Followed(11.5, same_process=True) and other == Followed(11.5, same_process=False)
+
+
 def test_unseen_failure_lines_after_an_alert_alert_with_it(detector: Detector) -> None:
-    """The OOM kill alerts; `Killed process` and `Remounting` name failures, are unseen and
+    """The OOM kill alerts; `Killed process` and `Buffer I/O error` name failures, are unseen and
     follow it in the same second from the same source: they take its score. An info line
     does not follow, and after it the chain is broken."""
     scored = detector.score(
         records(
             (OOM, "43", "a"),
             (KILLED, "43", "a"),
-            (REMOUNT, "43", "a"),
+            (IO_ERROR, "43", "a"),
             (INFO, "43", "a"),
-            (REMOUNT, "43", "a"),
+            (IO_ERROR, "43", "a"),
         )
     )
-    oom, killed, remount, info, remount_after_info = scored
+    oom, killed, io_error, info, io_error_after_info = scored
     assert oom.is_anomaly and not oom.follows
-    for line in (killed, remount):
+    for line in (killed, io_error):
         assert line.follows and line.is_anomaly and line.score == oom.score
     assert killed.raw < oom.raw  # its own evidence is kept: only the score is the alert's
     assert not info.follows and not info.is_anomaly and info.level == "info"
-    assert not remount_after_info.follows and not remount_after_info.is_anomaly
+    assert not io_error_after_info.follows and not io_error_after_info.is_anomaly
+
+
+def test_lines_of_the_alerting_process_follow_it(synthetic_model_dir: Path) -> None:
+    """At a threshold of 9 sshd's throttling error alerts; its `drop connection` lines name
+    no failure, but the same pid wrote them: they follow. Another pid's line, or the same
+    pid's info line, is judged alone."""
+    detector = Detector.load(synthetic_model_dir, device="cpu", threshold=9.0)
+    info_drop = DROP.replace("sshd[{pid}]: ", "sshd[{pid}]: INFO ")
+    lines = [(THROTTLING, "a", "77"), (DROP, "a", "77"), (DROP, "a", "77"), (info_drop, "a", "77")]
+    lines += [(THROTTLING, "b", "77"), (DROP, "b", "78")]
+    scored = detector.score(
+        [LogRecord(line=t.format(s="43", host=h, pid=p), stream="s") for t, h, p in lines]
+    )
+    throttling, drop, drop_again, info, _, other_pid = scored
+    assert throttling.is_anomaly and not throttling.follows and drop.level is None
+    for line in (drop, drop_again):
+        assert line.follows and line.score == throttling.score
+    assert info.level == "info" and not info.follows and not info.is_anomaly
+    assert not other_pid.follows and not other_pid.is_anomaly
 
 
 @pytest.mark.parametrize(
@@ -117,7 +152,7 @@ def test_another_stream_does_not_follow(detector: Detector) -> None:
 
 
 def test_following_does_not_depend_on_the_batches(detector: Detector, synthetic_model_dir: Path) -> None:
-    lines = records((OOM, "43", "a"), (KILLED, "43", "a"), (REMOUNT, "43", "a"), (KNOWN, "43", "a"))
+    lines = records((OOM, "43", "a"), (KILLED, "43", "a"), (IO_ERROR, "43", "a"), (KNOWN, "43", "a"))
     together = detector.score(lines)
     apart = Detector.load(synthetic_model_dir, device="cpu", threshold=THRESHOLD)
     one_by_one = [s for record in lines for s in apart.score([record])]

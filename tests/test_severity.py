@@ -12,8 +12,12 @@ from logstream.severity import line_severity
     ("line", "severity"),
     [
         ("Jun 14 15:16:01 combo kernel: Out of memory: Kill process 2337 (java)", "critical"),
-        ("kernel: EXT3-fs error (device sda1): ext3_find_entry: reading directory", "error"),
-        ("kernel: Remounting filesystem read-only", "error"),
+        # the kernel writes a filesystem's errors at KERN_CRIT, a buffer's I/O errors at KERN_ERR
+        ("kernel: EXT3-fs error (device sda1): ext3_find_entry: reading directory", "critical"),
+        ("kernel: EXT4-fs error (device sda1): ext4_lookup:1602: inode #2", "critical"),
+        ("kernel: Remounting filesystem read-only", "critical"),
+        ("kernel: Buffer I/O error on device sdb2, logical block 9778938", "error"),
+        ("Offline image is: read-only", "error"),
         ("httpd[2201]: segfault at 0 ip 00007f sp 00007f error 4 in libc.so", "critical"),
         ("sshd[42]: fatal: Read from socket failed: Connection reset by peer", "critical"),
         ("app: request failed after 3 retries", "error"),
