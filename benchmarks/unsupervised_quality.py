@@ -138,6 +138,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "- capped statistic (the top 3 words alone, the default before stop 30)": {"capped_top_k": 0},
     "- crash words (the critical prior in the evidence alone, before stop 34)": {"crash_words": False},
     "- following alerts (each line judged alone, before stop 35)": {"follow_alerts": False},
+    "- following the same process (a follower names a failure, before stop 36)": {
+        "follow_same_process": False
+    },
     "+ template centering (a known template against its usual surprise; default off)": {
         "template_centering": True
     },

@@ -23,7 +23,7 @@ import torch
 from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.feedback import FeedbackRules
-from logstream.following import AlertFollowing, place
+from logstream.following import AlertFollowing, names_its_part, place
 from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
@@ -39,7 +39,6 @@ from logstream.scoring import (
     top_mean,
     unseen,
 )
-from logstream.severity import ROUTINE_LEVELS, SEVERITY_RANK
 from logstream.tail import OnlineTail, TailFit
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
@@ -297,10 +296,7 @@ class Detector:
             followed = None if over else self.following.alert_before(at)
             follows = (
                 followed is not None
-                and (
-                    SEVERITY_RANK.get(evidence.level or "", 0) >= SEVERITY_RANK["error"]
-                    or (followed.same_process and evidence.level not in ROUTINE_LEVELS)
-                )
+                and names_its_part(followed, evidence.level, self.scoring.follow_same_process)
                 and unseen(token_nll, self.tokenizer.vocab_size)
             )
             if follows:

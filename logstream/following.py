@@ -30,6 +30,7 @@ from collections import Counter, OrderedDict
 from typing import NamedTuple
 
 from logstream.quiet import MAX_SOURCES, header
+from logstream.severity import ROUTINE_LEVELS, SEVERITY_RANK
 
 # ((stream, source), the second of the log's own time, the writing process's id or None)
 Place = tuple[tuple[str, str], int, str | None]
@@ -49,6 +50,15 @@ def place(stream: str, line: str) -> Place | None:
         return None
     source, stamp, process = found
     return (stream, source), int(stamp), process
+
+
+def names_its_part(followed: Followed, level: str | None, same_process_counts: bool = True) -> bool:
+    """The module's third test, for a line of severity `level` after the alert `followed`: it
+    names a failure, or (with `same_process_counts`) the alert's own process wrote it, not as
+    a routine line."""
+    if SEVERITY_RANK.get(level or "", 0) >= SEVERITY_RANK["error"]:
+        return True
+    return same_process_counts and followed.same_process and level not in ROUTINE_LEVELS
 
 
 class AlertFollowing:

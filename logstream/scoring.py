@@ -165,12 +165,13 @@ class ScoringConfig:
     token_cap: float = DEFAULT_TOKEN_CAP  # x ln V: the capped statistic's ceiling on a token's NLL
     crash_words: bool = True  # an unseen line whose words are critical: the critical prior again, in score
     follow_alerts: bool = True  # an unseen line right after its source's alert alerts with it (`following`)
+    follow_same_process: bool = True  # ... also without a failure word, when the alert's pid wrote it
 
     def __post_init__(self) -> None:
         for name, kind in (
             ("line_top_k", int), ("refit_every", int), ("repeat_window", int), ("content_severity", bool),
             ("template_centering", bool), ("capped_top_k", int), ("crash_words", bool),
-            ("follow_alerts", bool),
+            ("follow_alerts", bool), ("follow_same_process", bool),
         ):  # fmt: skip
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"{name}: expected {kind.__name__}, got {type(getattr(self, name)).__name__}")
@@ -349,9 +350,12 @@ class Calibration:
         template_offsets = {int(k): v for k, v in zip(offsets, values, strict=True)}  # JSON keys are text
         # saved before words counted: its tails are of tokens; before the capped statistic: one
         # tail; before success words (stop 33): its tails were fitted without them; before crash
-        # words (stop 34) or following alerts (stop 35): its alerts were set without them
+        # words (stop 34), following alerts (stop 35) or its same-process rule (stop 36): its
+        # alerts were set without them
         before = {"line_unit": "token", "capped_top_k": 0, "success_words": []}
-        config = before | {"crash_words": False, "follow_alerts": False} | config
+        config = (
+            before | {"crash_words": False, "follow_alerts": False, "follow_same_process": False} | config
+        )
         return cls(
             config=ScoringConfig(**config), **fits, **references, **counts, template_offsets=template_offsets
         )

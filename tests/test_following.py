@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logstream.detector import Detector, ScoredLine
-from logstream.following import AlertFollowing, Followed, place
+from logstream.following import AlertFollowing, Followed, names_its_part, place
 from logstream.records import LogRecord
 from logstream.replay import Unit, _row
 from logstream.scoring import Calibration, ScoringConfig
@@ -88,6 +88,24 @@ def test_a_line_of_the_same_pid_is_of_the_same_process() -> None:
     same = following.alert_before(place("s", DROP.format(s="43", host="a", pid="77")))
     other = following.alert_before(place("s", DROP.format(s="43", host="a", pid="78")))
     assert same == Followed(11.5, same_process=True) and other == Followed(11.5, same_process=False)
+
+
+@pytest.mark.parametrize(
+    ("level", "same_process", "counts", "follows"),
+    [
+        ("error", False, True, True),  # a failure word: whoever wrote it
+        ("critical", False, False, True),
+        (None, True, True, True),  # the alert's own process
+        ("warning", True, True, True),
+        (None, True, False, False),  # the same-process rule switched off (models before stop 36)
+        ("info", True, True, False),  # its writer marked it routine
+        (None, False, True, False),
+    ],
+)
+def test_a_follower_names_a_failure_or_comes_from_the_alerts_process(
+    level: str | None, same_process: bool, counts: bool, follows: bool
+) -> None:
+    assert names_its_part(Followed(11.5, same_process), level, counts) is follows
 
 
 def test_unseen_failure_lines_after_an_alert_alert_with_it(detector: Detector) -> None:
@@ -168,10 +186,10 @@ def test_switched_off_each_line_is_judged_alone(detector: Detector) -> None:
     assert oom.is_anomaly and not killed.follows and not killed.is_anomaly
 
 
-@pytest.mark.parametrize("switch", ["crash_words", "follow_alerts"])
+@pytest.mark.parametrize("switch", ["crash_words", "follow_alerts", "follow_same_process"])
 def test_the_switch_is_saved_and_older_models_keep_it_off(switch: str) -> None:
-    """A model saved before crash words (stop 34) or following (stop 35) set its alerts
-    without them and keeps doing so."""
+    """A model saved before crash words (stop 34), following (stop 35) or its same-process
+    rule (stop 36) set its alerts without them and keeps doing so."""
     saved = Calibration(config=ScoringConfig()).to_json()
     assert getattr(Calibration.from_json(saved).config, switch)
     del saved["config"][switch]
