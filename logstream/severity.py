@@ -37,9 +37,9 @@ DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
         "ext[2-4]-fs error", "remounting filesystem read-only",
     ),
     "error": (
-        "errors?", "fail(?:ed|s|ure|ures)?", "exceptions?", "killed", "kill process", "read-only",
-        "denied", "time(?:d)? ?out", "timeouts?", "abort(?:ed|ing)?", "crash(?:ed|es)?", "refused",
-        "unreachable", "i/o error", "unable to", "cannot", "traceback",
+        "errors?", "fail(?:ed|s|ure|ures)?", "faults?", "faulty", "exceptions?", "killed", "kill process",
+        "read-only", "denied", "time(?:d)? ?out", "timeouts?", "abort(?:ed|ing)?", "crash(?:ed|es)?",
+        "refused", "unreachable", "i/o error", "unable to", "cannot", "traceback",
     ),
     "warning": ("warn(?:ing)?s?", "retry(?:ing)?", "degraded", "deprecated"),
 }  # fmt: skip

@@ -34,6 +34,9 @@ from logstream.severity import line_severity
         ("kernel: Enabling unmasked SIMD FPU exception support... done.", None),
         ("kernel: There is already a security framework initialized, register_security failed.", "error"),
         ("disk check ok, then sda: I/O error", "error"),
+        ("RAS KERNEL INFO power module status fault detected", "info"),  # the level field decides
+        ("kernel: power module status fault detected on node 12", "error"),
+        ("kernel: httpd[2201]: segfault at 0 ip 00007f", "critical"),  # `fault` inside a word: not it
     ],
 )
 def test_severity_reads_level_fields_and_failure_words(line: str, severity: str | None) -> None:
