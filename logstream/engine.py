@@ -60,6 +60,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(x.dtype)
 
 
+def target_nll(logits: torch.Tensor, targets: torch.Tensor, fused: bool | None = None) -> torch.Tensor:
+    """-log p(target) = logsumexp(logits) - logits[target]: logits [..., V] fp32, targets [...]
+    -> [...]. `fused` (the default on a CPU) takes torch's log-softmax and gathers: one fused
+    pass, where torch's CPU logsumexp makes several (max, subtract, exp, sum, log) and cost
+    2.5x as much at V = 2,048 (docs/benchmarks.md). On a GPU logsumexp writes no [..., V] tensor."""
+    if fused is None:
+        fused = not logits.is_cuda
+    if fused:
+        return -torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
+    return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[..., None])[..., 0]
+
+
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> (int8 [..., D], fp32 scale [..., 1]) with x ~ int8 x scale, scale = max|x| / 127."""
     scale = x.float().abs().amax(-1, keepdim=True).clamp_min(1e-8) / 127.0
@@ -228,8 +240,8 @@ class StreamingEngine:
         shape) from `ring_len()` or, for a fixed-shape bucket, L - 1. `fill_all`: every stream
         holds at least `ring_len` entries (a host fact), so the CPU path shares one mask.
 
-        Only the target's log-prob is needed per token: nll = logsumexp(logits) - logits[target],
-        without the [B, T, V] log-softmax; full log-probs only for the B last positions.
+        Only the target's log-prob is needed per token (`target_nll`); full log-probs only for
+        the B last positions.
         """
         B, T = tokens.shape
         P = min(T, self.chunk_tokens)  # queries per block: T > P only on the CPU (`step_chunks`)
@@ -265,13 +277,12 @@ class StreamingEngine:
             x = self._finish_layer(layer, x, out)
         h = rms_norm(x, self.decoder.norm.weight, self.eps)
         logits = self.model.lm_head(h).float()  # [B, T, V]
-        lse = torch.logsumexp(logits, dim=-1)  # [B, T]
         # Token j is predicted by position j - 1; the first by the stream's previous step.
         nll_first = -previous.gather(-1, tokens[:, :1])  # [B, 1]
-        nll_rest = lse[:, :-1] - logits[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # [B, T-1]
+        nll_rest = target_nll(logits[:, :-1], tokens[:, 1:])  # [B, T-1]
         nll = torch.cat([nll_first, nll_rest], dim=1)  # [B, T]
         rows = torch.arange(B, device=tokens.device)
-        last = logits[rows, chunk_len - 1] - lse[rows, chunk_len - 1, None]  # [B, V]
+        last = torch.log_softmax(logits[rows, chunk_len - 1], dim=-1)  # [B, V]
         padding = torch.arange(T, device=tokens.device)[None] >= chunk_len[:, None]  # [B, T]
         return nll.masked_fill(padding, 0.0), last
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine, rms_norm
+from logstream.engine import StreamingEngine, rms_norm, target_nll
 from logstream.kernels.reference import apply_rope, rope_tables
 
 VOCAB = 97
@@ -123,6 +123,18 @@ def test_engine_equals_slow_definition_beyond_window(kv_heads: int) -> None:
         want = slow_sink_window_nll(model, sink_ids, tokens, L)
     got = torch.cat([torch.from_numpy(x) for x in engine.score({"s": lines})["s"]])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_target_nll_both_ways_is_cross_entropy() -> None:
+    """-log p(target) by the CPU's fused log-softmax and by the GPU's logsumexp, on the same
+    logits: both are the cross-entropy of each position."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 2048, generator=generator) * 4  # [B, T, V]
+    targets = torch.randint(0, 2048, (3, 7), generator=generator)
+    want = F.cross_entropy(logits.reshape(-1, 2048), targets.reshape(-1), reduction="none").view(3, 7)
+    for fused in (True, False):
+        torch.testing.assert_close(target_nll(logits, targets, fused=fused), want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(target_nll(logits, targets), want, rtol=0, atol=1e-5)  # the CPU's default
 
 
 def test_cache_bytes_constant_while_stream_grows() -> None:
