@@ -52,7 +52,7 @@ def place(stream: str, line: str) -> Place | None:
     return (stream, source), int(stamp), process
 
 
-def names_its_part(followed: Followed, level: str | None, same_process_counts: bool = True) -> bool:
+def names_its_part(followed: Followed, level: str | None, same_process_counts: bool) -> bool:
     """The module's third test, for a line of severity `level` after the alert `followed`: it
     names a failure, or (with `same_process_counts`) the alert's own process wrote it, not as
     a routine line."""
