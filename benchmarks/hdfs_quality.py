@@ -63,7 +63,6 @@ def main() -> None:
     parser.add_argument(
         "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces"
     )
-    parser.add_argument("--line-tokens", action="store_true", help="a line the baseline repeats is one token")
     args = parser.parse_args()
 
     sessions = read_sessions(args.data, InputStats())
@@ -80,7 +79,7 @@ def main() -> None:
     baseline = streams_from_sessions([s for s in train_sessions if args.contaminated or s.label == 0])
     config = TrainConfig(
         preset=args.preset, window=args.window, epochs=args.epochs, max_steps=args.max_steps, seed=args.seed,
-        merge_across_words=args.merge_across_words, line_tokens=args.line_tokens, scoring=ScoringConfig(line_top_k=SESSION_LINE_TOP_K),
+        merge_across_words=args.merge_across_words, scoring=ScoringConfig(line_top_k=SESSION_LINE_TOP_K),
     )  # fmt: skip
     if not (model_dir / "logstream.json").is_file():
         save(train(baseline, config, progress=print_progress), model_dir)

@@ -488,11 +488,8 @@ def main() -> None:
     parser.add_argument(
         "--merge-across-words", action="store_true", help="the tokenizer's merges cross spaces"
     )
-    parser.add_argument("--line-tokens", action="store_true", help="a line the baseline repeats is one token")
     args = parser.parse_args()
-    config = TrainConfig(
-        seed=args.seed, merge_across_words=args.merge_across_words, line_tokens=args.line_tokens
-    )
+    config = TrainConfig(seed=args.seed, merge_across_words=args.merge_across_words)
 
     if args.quiet:
         print(json.dumps(quiet(args.data)))

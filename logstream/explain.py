@@ -207,8 +207,6 @@ def explain_line(
 def line_token_offsets(tokenizer: Any, masked: str) -> list[tuple[int, int]]:
     """Each token's character span in `masked + "\\n"`, for the ids `LineTokenizer.encode_lines`
     gives (an overlong line keeps its head and the newline, so do its offsets)."""
-    if tokenizer.line_id(masked) is not None:
-        return [(0, len(masked) + 1)]
     offsets = tokenizer.hf.backend_tokenizer.encode(masked + "\n", add_special_tokens=False).offsets
     if len(offsets) > tokenizer.max_line_tokens:
         offsets = offsets[: tokenizer.max_line_tokens - 1] + offsets[-1:]

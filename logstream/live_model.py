@@ -34,8 +34,7 @@ log = structlog.get_logger(__name__)
 def carry_streams(old: Detector, new: Detector) -> int:
     """Give `new` the recent tokens of `old`'s streams (replayed on their next line) when both
     share a tokenizer; how many streams were carried (0: they start cold)."""
-    same_lines = old.tokenizer.line_tokens == new.tokenizer.line_tokens
-    if old.tokenizer.hf.get_vocab() != new.tokenizer.hf.get_vocab() or not same_lines:
+    if old.tokenizer.hf.get_vocab() != new.tokenizer.hf.get_vocab():
         return 0
     recent = {name: state.recent for name, (state, _) in old.engine.offloaded.items()}
     recent.update(old.engine.evicted)

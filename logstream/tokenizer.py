@@ -10,19 +10,12 @@ unseen one several rare pieces. With `merge_across_words` the whole line is one 
 and merges may cross spaces: a masked line the baseline repeats often becomes a single
 token (HDFS: 10.3 -> 1.0 tokens a line), so the model predicts whole templates and the
 engine does several times fewer steps per line (docs/benchmarks.md, "Tokens per line").
-
-Line tokens keep the words' BPE and add one token per masked line that the baseline repeats
-(`line_tokens`): such a line is one token, and any other line is cut into words as by
-default, so an unseen line costs what it did, where merges across words cut it into
-characters.
 """
 
 from __future__ import annotations
 
-import json
 import unicodedata
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 
@@ -36,10 +29,6 @@ BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"  # EOS = end of stream
 # lines skip BPE; the cache is emptied when full, which bounds it (a few MB) and keeps it
 # exact whatever the input.
 CACHED_LINES = 8192
-LINE_TOKENS_FILE = "line_tokens.json"
-# A masked line gets a token of its own when the baseline has it this many times: enough
-# examples to learn where it comes.
-LINE_TOKEN_MIN_COUNT = 5
 
 
 def train_tokenizer(
@@ -63,32 +52,16 @@ def train_tokenizer(
     )
 
 
-def choose_line_tokens(masked_lines: Iterable[str], max_tokens: int) -> list[str]:
-    """The masked lines that get a token of their own: the most frequent ones, each at least
-    LINE_TOKEN_MIN_COUNT times in the baseline, at most `max_tokens` (ties by text)."""
-    counts = Counter(masked_lines)
-    frequent = sorted(
-        (line for line, n in counts.items() if n >= LINE_TOKEN_MIN_COUNT), key=lambda x: (-counts[x], x)
-    )
-    return frequent[:max_tokens]
-
-
 class LineTokenizer:
-    """The hot-path view of a tokenizer: masked lines in, token ids per line out. Ids from
-    the BPE's size on are line tokens: `line_tokens[id - bpe_size]` + newline, whole."""
+    """The hot-path view of a tokenizer: masked lines in, token ids per line out."""
 
-    def __init__(
-        self, tokenizer: PreTrainedTokenizerFast, max_line_tokens: int = 256, line_tokens: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, max_line_tokens: int = 256) -> None:
         self.hf = tokenizer
         self._fast: Tokenizer = tokenizer.backend_tokenizer
         self.max_line_tokens = max_line_tokens
         self.bos_id: int = tokenizer.bos_token_id
         self.eos_id: int = tokenizer.eos_token_id
-        self.bpe_size = len(tokenizer)
-        self.line_tokens = list(line_tokens)
-        self._line_ids = {line: self.bpe_size + i for i, line in enumerate(self.line_tokens)}
-        self.vocab_size = self.bpe_size + len(self.line_tokens)
+        self.vocab_size = len(tokenizer)
         texts = [self.token_text(i) for i in range(self.vocab_size)]
         self._leading_space = np.array([t[:1].isspace() for t in texts])
         self._all_space = np.array([t.isspace() for t in texts])
@@ -120,10 +93,7 @@ class LineTokenizer:
 
     def encode_lines(self, masked_lines: list[str]) -> list[list[int]]:
         """Token ids of each `line + newline`; overlong lines keep their head and the newline."""
-        cached = [
-            (line_id,) if (line_id := self._line_ids.get(line)) is not None else self._ids.get(line)
-            for line in masked_lines
-        ]
+        cached = [self._ids.get(line) for line in masked_lines]
         missing = list(
             dict.fromkeys(line for line, ids in zip(masked_lines, cached, strict=True) if ids is None)
         )
@@ -142,25 +112,15 @@ class LineTokenizer:
             list(found[line] if ids is None else ids) for line, ids in zip(masked_lines, cached, strict=True)
         ]
 
-    def line_id(self, masked_line: str) -> int | None:
-        """The line's own token, if the baseline repeated it enough to have one."""
-        return self._line_ids.get(masked_line)
-
     def token_text(self, token_id: int) -> str:
-        if token_id >= self.bpe_size:
-            return self.line_tokens[token_id - self.bpe_size] + "\n"
         return self.hf.decode([token_id])
 
     def save(self, directory: Path) -> None:
         self.hf.save_pretrained(directory)
-        if self.line_tokens:
-            (directory / LINE_TOKENS_FILE).write_text(json.dumps(self.line_tokens, indent=0))
 
     @classmethod
     def load(cls, directory: Path) -> LineTokenizer:
-        path = directory / LINE_TOKENS_FILE
-        line_tokens = json.loads(path.read_text()) if path.exists() else []
-        return cls(PreTrainedTokenizerFast.from_pretrained(directory), line_tokens=line_tokens)
+        return cls(PreTrainedTokenizerFast.from_pretrained(directory))
 
 
 def prompt_ids(tokenizer: LineTokenizer, prompt_lines: list[str], max_tokens: int) -> list[int]:

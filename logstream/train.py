@@ -53,7 +53,7 @@ from logstream.scoring import (
     incident_sessions,
     session_worst,
 )
-from logstream.tokenizer import LineTokenizer, choose_line_tokens, prompt_ids, train_tokenizer
+from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 
 MIN_WINDOW = 64
 AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
@@ -81,7 +81,6 @@ class TrainConfig:
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
     merge_across_words: bool = False  # BPE merges may cross spaces: fewer tokens a line (tokenizer.py)
-    line_tokens: bool = False  # a masked line the baseline repeats is one token (tokenizer.py)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     stream_key: str | None = None  # the regex that named the baseline's streams; saved with the model
 
@@ -369,10 +368,8 @@ def train(
     baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
     if start_from is None:
         preset = choose_preset(config.preset, total)
-        vocab_size = PRESETS[preset].vocab_size
         tokenizer = LineTokenizer(
-            train_tokenizer(masked, vocab_size, config.merge_across_words),
-            line_tokens=choose_line_tokens(masked, vocab_size) if config.line_tokens else (),
+            train_tokenizer(masked, PRESETS[preset].vocab_size, config.merge_across_words)
         )
         miner = mine(masked)
         prompt = pattern_prompt(miner.templates(), config.prompt_templates)
