@@ -15,6 +15,11 @@ A template's id is a hash of its text, not drain3's per-process counter: the sam
 template has the same id in every process and after every restart, so alert groups and
 fingerprints stay stable. The miner keeps at most `max_templates` (least recently used
 are forgotten), so hostile or unbounded input cannot grow it without limit.
+
+A log repeats most of its masked lines, and Drain's search for a line depends only on the
+prefix tree and the templates, not on the clusters' sizes. So a line that matched a cluster
+without changing it matches it again while no cluster is created and no template changes:
+the miner keeps such lines (`CACHED_LINES`) and forgets them all at the next change.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from drain3 import TemplateMiner
+from drain3.drain import LogCluster
 from drain3.template_miner_config import TemplateMinerConfig
 
 
@@ -37,6 +43,7 @@ class Template:
 
 
 MAX_TEMPLATES = 10_000
+CACHED_LINES = 8192  # masked lines whose match a miner keeps (emptied when full, and at every change)
 
 
 @lru_cache(maxsize=MAX_TEMPLATES)  # every line asks for its template's id; templates are few
@@ -97,13 +104,25 @@ class PatternMiner:
     def __init__(self, similarity: float = 0.5, depth: int = 4, max_templates: int = MAX_TEMPLATES) -> None:
         self._miner = TemplateMiner(config=_miner_config(similarity, depth, max_templates))
         self._miner.drain.get_seq_distance = header_as_one_similarity
+        self._unchanged: dict[str, tuple[LogCluster, Mined]] = {}  # lines whose match changed nothing
 
     def add(self, masked_line: str) -> Mined:
+        drain = self._miner.drain
+        if (known := self._unchanged.get(masked_line)) is not None:
+            cluster, mined = known
+            cluster.size += 1  # what Drain does for a match that leaves the template as it is
+            drain.id_to_cluster[cluster.cluster_id]  # touches it in the LRU, as Drain does
+            return mined
         # drain3's Drain itself: TemplateMiner.add_log_message adds only its masking, profiling
         # and persistence, all off here, and a result dict per line
-        cluster, change = self._miner.drain.add_log_message(masked_line)
+        cluster, change = drain.add_log_message(masked_line)
         text = cluster.get_template()
-        return Mined(template_id(text), text, new=change == "cluster_created", cluster=cluster.cluster_id)
+        mined = Mined(template_id(text), text, new=change == "cluster_created", cluster=cluster.cluster_id)
+        if change != "none" or len(self._unchanged) >= CACHED_LINES:
+            self._unchanged.clear()  # a new cluster or template can win another line's search
+        if change == "none":
+            self._unchanged[masked_line] = (cluster, mined)
+        return mined
 
     def match(self, masked_line: str) -> int | None:
         """Template id of the closest known template, without learning; None if new."""

@@ -183,6 +183,47 @@ def test_miner_keeps_at_most_its_cap_of_templates() -> None:
     assert miner.size <= 5
 
 
+@pytest.mark.parametrize("max_templates", [10_000, 60])
+def test_a_line_met_before_gets_what_drain_itself_gives(
+    max_templates: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The miner skips Drain's search for a line that matched without changing anything, until
+    the next new cluster or changed template. Over random lines of a few words (clusters
+    created, templates widened, and with a cap of 60 of the 165 templates the least recent forgotten),
+    each line's template, id, cluster and novelty, and every cluster's count at the end, are
+    those of drain3's own Drain fed the same lines (of 60 usual ones, and one in ten fresh). The cache is used: Drain searches fewer
+    lines than it was given."""
+    import random
+
+    from logstream import patterns
+    from logstream.patterns import Mined, PatternMiner, template_id
+
+    monkeypatch.setattr(patterns, "CACHED_LINES", 40)  # emptied when full, too
+    rng = random.Random(7)
+    words = ["disk", "sda", "<NUM>", "<IP>", "error", "read", "failed", "ok", "retry"]
+
+    def line() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(1, 5)))
+
+    usual = [line() for _ in range(60)]  # a log repeats its lines; one in ten is fresh
+    lines = [line() if rng.random() < 0.1 else rng.choice(usual) for _ in range(3000)]
+    miner, reference = PatternMiner(max_templates=max_templates), PatternMiner(max_templates=max_templates)
+    drain = reference._miner.drain  # the uncached search: drain3's own
+    searched = []
+    search = miner._miner.drain.add_log_message
+    monkeypatch.setattr(
+        miner._miner.drain, "add_log_message", lambda line: searched.append(line) or search(line)
+    )
+    for line in lines:
+        cluster, change = drain.add_log_message(line)
+        text = cluster.get_template()
+        assert miner.add(line) == Mined(
+            template_id(text), text, change == "cluster_created", cluster.cluster_id
+        )
+    assert miner.templates() == reference.templates()
+    assert len(searched) < len(lines) * 0.9
+
+
 def test_novelty_is_relative_to_the_training_templates() -> None:
     """A miner seeded with the model's templates calls a training template known and a new one new."""
     from logstream.patterns import seeded_miner
