@@ -4,9 +4,9 @@ Byte-level means any input, however foreign, tokenizes without <unk>. Each log
 line is encoded on its own as `line + "\\n"`, so the newline token ends every
 line and a stream's tokens are the concatenation of its lines' tokens.
 
-By default BPE merges stop at word boundaries (`WORDS`: GPT-2's pre-tokenizer, a run of
-letters, digits or other characters with its leading space, and a mask placeholder such as
-`<NUM>` as one word), so a known word is one token and an unseen one several rare pieces. With `merge_across_words` the whole line is one pre-token
+By default BPE merges stop at word boundaries (GPT-2's pre-tokenizer: a run of letters,
+digits or other characters with its leading space), so a known word is one token and an
+unseen one several rare pieces. With `merge_across_words` the whole line is one pre-token
 and merges may cross spaces: a masked line the baseline repeats often becomes a single
 token (HDFS: 10.3 -> 1.0 tokens a line), so the model predicts whole templates and the
 engine does several times fewer steps per line (docs/benchmarks.md, "Tokens per line").
@@ -20,7 +20,7 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"  # EOS = end of stream
@@ -29,27 +29,15 @@ BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"  # EOS = end of stream
 # lines skip BPE; the cache is emptied when full, which bounds it (a few MB) and keeps it
 # exact whatever the input.
 CACHED_LINES = 8192
-# The words BPE merges within: GPT-2's pre-tokenizer regex with a mask placeholder first
-# (`<NUM>`, `<IP>`, ` <TS>`), which GPT-2's cuts into `<`, `NUM`, `>`: three tokens for one
-# fact, in nearly every line (a syslog line has 4-6). As one word they can be one token:
-# 20-29% fewer tokens a line (docs/benchmarks.md, "A mask placeholder is one word").
-WORDS = (
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?<[A-Z][A-Z0-9_]*>| ?\p{L}+| ?\p{N}+"
-    r"| ?(?:(?!<[A-Z][A-Z0-9_]*>)[^\s\p{L}\p{N}])+|\s+(?!\S)|\s+"
-)
 
 
 def train_tokenizer(
-    masked_lines: Iterable[str], vocab_size: int, merge_across_words: bool = False, words: str = WORDS
+    masked_lines: Iterable[str], vocab_size: int, merge_across_words: bool = False
 ) -> PreTrainedTokenizerFast:
-    """Byte-level BPE whose merges stay within the `words` regex's matches (across words: none)."""
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
-    to_bytes = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    # across words: no split into words before BPE, so merges may cross spaces
-    tokenizer.pre_tokenizer = (
-        to_bytes
-        if merge_across_words
-        else pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(words), behavior="isolated"), to_bytes])
+    # use_regex=False: no split into words before BPE, so merges may cross spaces
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, use_regex=not merge_across_words
     )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

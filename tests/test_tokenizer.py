@@ -1,10 +1,9 @@
-"""The tokenizer's two kinds of merges: within words (the default; a mask placeholder is one
-word) and across them (`merge_across_words`, a speed lever: a common line becomes one token)."""
+"""The tokenizer's two kinds of merges: within words (the default) and across them
+(`merge_across_words`, a speed lever: a common line becomes one token)."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from collections import Counter
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Regex, pre_tokenizers
 
 import logstream.tokenizer as tokenizer_module
 from logstream.detector import Detector
@@ -20,7 +18,7 @@ from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.records import LogRecord
 from logstream.synth import STREAM_KEY, generate_lines
-from logstream.tokenizer import WORDS, LineTokenizer, train_tokenizer
+from logstream.tokenizer import LineTokenizer, train_tokenizer
 
 NORMALIZER = Normalizer()
 BASELINE = [NORMALIZER.mask(line) for line in generate_lines(1500, seed=3).lines]
@@ -33,37 +31,6 @@ def tokenizers() -> tuple[LineTokenizer, LineTokenizer]:
         LineTokenizer(train_tokenizer(BASELINE, vocab_size=512)),
         LineTokenizer(train_tokenizer(BASELINE, vocab_size=512, merge_across_words=True)),
     )
-
-
-def words_of(text: str, regex: str | None = None) -> list[str]:
-    """`text`'s words (BPE's pre-tokens): by `regex`, or GPT-2's (the default before stop 37)."""
-    split = (
-        pre_tokenizers.Split(Regex(regex), behavior="isolated")
-        if regex
-        else pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    )
-    return [
-        word.replace("\u0120", " ").replace("\u010a", "\n") for word, _ in split.pre_tokenize_str(text)
-    ]  # ByteLevel shows a space as Ġ and a newline as Ċ
-
-
-def test_a_mask_placeholder_is_one_word_and_other_text_splits_as_gpt2_splits_it() -> None:
-    """Each placeholder of a masked line is one word, with its leading space if it has one
-    (GPT-2's words cut `[<NUM>]:` into `[<`, `NUM`, `>]:`); text without one is cut as GPT-2
-    cuts it. The baseline's common placeholders become single tokens, so its most common line
-    takes a token for each of its placeholders, not three."""
-    later = [NORMALIZER.mask(line) for line in generate_lines(300, seed=4).lines]
-    for line in [*later, "sshd[<NUM>]: from <IP> port <NUM>", "<TS> <HOST> a<PATH>b <UUID>, <MAC>."]:
-        words = words_of(line + "\n", WORDS)
-        assert "".join(words) == line + "\n"
-        assert [w.strip() for w in words if re.fullmatch(r" ?<[A-Z]+>", w)] == re.findall(r"<[A-Z]+>", line)
-    assert words_of("sshd[<NUM>]:", WORDS) == ["sshd", "[", "<NUM>", "]:"]
-    assert words_of("sshd[<NUM>]:") == ["sshd", "[<", "NUM", ">]:"]
-    plain = "kernel: Out of memory: Kill process 812 (java) score 901, it's <= 5 <x> <Tag>\n"
-    assert words_of(plain, WORDS) == words_of(plain)
-    words, _ = tokenizers()
-    texts = [words.token_text(i) for i in words.encode_lines([COMMON])[0]]
-    assert {" <HOST>", " <NUM>"} <= set(texts) and texts[0] == "<TS>", texts
 
 
 def test_merges_across_words_make_the_common_lines_single_tokens() -> None:
