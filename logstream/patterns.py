@@ -118,10 +118,12 @@ class PatternMiner:
         cluster, change = drain.add_log_message(masked_line)
         text = cluster.get_template()
         mined = Mined(template_id(text), text, new=change == "cluster_created", cluster=cluster.cluster_id)
-        if change != "none" or len(self._unchanged) >= CACHED_LINES:
+        if change != "none":
             self._unchanged.clear()  # a new cluster or template can win another line's search
-        if change == "none":
-            self._unchanged[masked_line] = (cluster, mined)
+            return mined
+        if len(self._unchanged) >= CACHED_LINES:
+            self._unchanged.clear()
+        self._unchanged[masked_line] = (cluster, mined)
         return mined
 
     def match(self, masked_line: str) -> int | None:

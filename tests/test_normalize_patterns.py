@@ -188,11 +188,11 @@ def test_a_line_met_before_gets_what_drain_itself_gives(
     max_templates: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The miner skips Drain's search for a line that matched without changing anything, until
-    the next new cluster or changed template. Over random lines of a few words (clusters
-    created, templates widened, and with a cap of 60 of the 165 templates the least recent forgotten),
-    each line's template, id, cluster and novelty, and every cluster's count at the end, are
-    those of drain3's own Drain fed the same lines (of 60 usual ones, and one in ten fresh). The cache is used: Drain searches fewer
-    lines than it was given."""
+    the next new cluster or changed template. Over random lines of a few words (60 usual ones,
+    and one in ten fresh: clusters created, templates widened, and with a cap of 60 of the 165
+    templates the least recent forgotten), each line's template, id, cluster and novelty, and
+    every cluster's count at the end, are those of drain3's own Drain fed the same lines. The
+    cache is used: Drain searches fewer lines than it was given."""
     import random
 
     from logstream import patterns
