@@ -31,6 +31,11 @@ BENCH_S=${BENCH_S:-290} # the benchmark's own budget is 20 s less, so it writes 
 WHEELS=.whl
 # setuptools >= 77 reads pyproject's SPDX license string; both are pure python.
 BUILD_WHEELS=("setuptools==80.9.0" "wheel==0.45.1")
+# logstream.model reads model metadata with pydantic and compiles its regexes with google-re2;
+# the image lacks both (seen on the H200, 2026-12-04). pydantic-core and google-re2 are compiled:
+# fetched for the device's CPython 3.12.
+RUNTIME_WHEELS=("pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0"
+  "typing-inspection==0.4.5" "typing-extensions==4.16.0" "google-re2==1.1.20251105")
 
 if [[ $MODE == prepare ]]; then
   mkdir -p .git/info "$WHEELS"
@@ -38,7 +43,7 @@ if [[ $MODE == prepare ]]; then
   PY=${PYTHON:-.venv/bin/python}
   exec "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-    -d "$WHEELS" "${BUILD_WHEELS[@]}"
+    -d "$WHEELS" "${BUILD_WHEELS[@]}" "${RUNTIME_WHEELS[@]}"
 fi
 
 if [[ $MODE == rehearse ]]; then
@@ -101,16 +106,24 @@ EOF
 [[ $? == 0 ]] || failed+=(versions)
 
 step "install what the image lacks (no network: wheels only from $WHEELS/)"
-# The GPU path imports torch, triton, transformers, tokenizers and numpy; the tests need pytest.
-# They must come with the image: a missing one fails this step by name. logstream's other
-# dependencies (aiokafka, structlog, pydantic, drain3, ...) are not imported on this path, and
-# pytest runs with --noconftest because tests/conftest.py imports aiokafka.
+# The GPU path imports torch, triton, transformers, tokenizers, numpy, pydantic and re2; the tests
+# need pytest. All but pydantic and re2 must come with the image: a missing one fails this step by
+# name. Those two come from the carried wheels, into /tmp/site. logstream's other dependencies
+# (aiokafka, structlog, drain3, ...) are not imported on this path, and pytest runs with
+# --noconftest because tests/conftest.py imports aiokafka.
 missing=$(cd /tmp && "$PY" -c '
 import importlib.util as u
 print(" ".join(m for m in ("torch", "triton", "transformers", "tokenizers", "numpy", "pytest") if u.find_spec(m) is None))')
 if [[ -n $missing ]]; then
   echo "MISSING from the image: $missing (carry them as wheels in $WHEELS/, see docs/gpu/README.md)"
   failed+=("missing:$missing")
+fi
+if ! (cd /tmp && "$PY" -c "import pydantic, re2" 2>/dev/null) && [[ $MODE == device ]]; then
+  timeout 45 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    "$WHEELS"/pydantic*.whl "$WHEELS"/annotated_types*.whl "$WHEELS"/typing_*.whl "$WHEELS"/google_re2*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  (cd /tmp && "$PY" -c "import pydantic, re2; print('pydantic', pydantic.VERSION, 're2: from the wheels')") ||
+    failed+=(pydantic/re2)
 fi
 has_logstream() { (cd /tmp && "$PY" -c "import logstream.kernels.dispatch, logstream.engine" 2>/dev/null); }
 if has_logstream; then
