@@ -60,7 +60,7 @@ FP32_RTOL = 1e-3
 # 8 mantissa bits, so a line's mean NLL may move by up to 2% and a single token's by 5%.
 BF16_TOLERANCE = {"line_rtol": 2e-2, "token_rtol": 5e-2}
 NLL_FLOOR = 0.01  # nats: relative errors divide by max(|reference|, this)
-SECTIONS = ("env", "correct", "kernels", "graph", "engine")
+SECTIONS = ("env", "correct", "kernels", "graph", "engine", "tune")
 
 
 # -- the plan: shapes and budgets, one frozen table per mode --------------------------------------
@@ -81,6 +81,9 @@ class Plan:
     line_tokens: int
     steps: int  # timed engine.score calls per row
     copy_bytes: int  # device-to-device copy for the measured bandwidth ceiling
+    tune_shapes: tuple[tuple[int, int, int, int], ...]  # (head_dim, query heads, kv heads, chunk T)
+    tune_streams: int
+    tune_launches: tuple[tuple[int, int, int], ...]  # (key block, warps, stages), beside the default
     budgets_s: dict[str, float] = field(default_factory=dict)  # per section
 
 
@@ -98,7 +101,10 @@ FULL = Plan(
                  ("small", 64, "reference"), ("small", 64, "dense"), ("base", 1, "triton"),
                  ("base", 8192, "triton")),
     line_tokens=32, steps=10, copy_bytes=4 << 30,
-    budgets_s={"env": 20, "correct": 45, "kernels": 60, "graph": 50, "engine": 110},
+    # The goal's decode shapes first, then the small preset's engine step (D = 32, G = 2, T = 32).
+    tune_shapes=((128, 32, 8, 1), (64, 16, 4, 1), (32, 4, 2, 32)), tune_streams=1024,
+    tune_launches=tuple((n, w, st) for n in (64, 128, 256) for w in (4, 8) for st in (2, 3, 4)),
+    budgets_s={"env": 20, "correct": 45, "kernels": 60, "graph": 50, "engine": 110, "tune": 90},
 )  # fmt: skip
 REHEARSE = Plan(
     L=64, S=8,
@@ -110,7 +116,8 @@ REHEARSE = Plan(
     engine_rows=(("tiny", 2, "triton"), ("tiny", 1, "triton"), ("tiny", 2, "reference"),
                  ("tiny", 2, "dense")),
     line_tokens=8, steps=2, copy_bytes=1 << 20,
-    budgets_s={"env": 10, "correct": 30, "kernels": 20, "graph": 20, "engine": 40},
+    tune_shapes=((32, 4, 2, 1),), tune_streams=2, tune_launches=((32, 4, 2), (64, 4, 3)),
+    budgets_s={"env": 10, "correct": 30, "kernels": 20, "graph": 20, "engine": 40, "tune": 30},
 )  # fmt: skip
 PLANS = {"full": FULL, "rehearse": REHEARSE}
 
@@ -415,8 +422,10 @@ def run_correct(report: Report, plan: Plan, budget: Budget) -> None:
 # -- kernels: decode attention and the ring write --------------------------------------------------
 
 
-def cache_inputs(B: int, D: int, H: int, Hkv: int, plan: Plan, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Full rings for B streams (pool of B slots), one new token each, random heads."""
+def cache_inputs(
+    B: int, D: int, H: int, Hkv: int, plan: Plan, dtype: torch.dtype, T: int = 1
+) -> dict[str, torch.Tensor]:
+    """Full rings for B streams (pool of B slots), T new tokens each, random heads."""
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=DEVICE, dtype=dtype)
@@ -424,7 +433,7 @@ def cache_inputs(B: int, D: int, H: int, Hkv: int, plan: Plan, dtype: torch.dtyp
     inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2, device=DEVICE).float() / D))
     cos, sin = reference.rope_tables(inv_freq, plan.S + 2 * plan.L)
     return {
-        "q": randn(B, H, 1, D), "k_new": randn(B, Hkv, 1, D), "v_new": randn(B, Hkv, 1, D),
+        "q": randn(B, H, T, D), "k_new": randn(B, Hkv, T, D), "v_new": randn(B, Hkv, T, D),
         "sink_k": randn(Hkv, plan.S, D), "sink_v": randn(Hkv, plan.S, D),
         "ring_k": randn(B, Hkv, plan.L, D), "ring_v": randn(B, Hkv, plan.L, D),
         "slots": torch.randperm(B, device=DEVICE),
@@ -450,10 +459,7 @@ def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) 
                     continue
                 x = cache_inputs(B, D, H, Hkv, plan, dtype)
                 chunk_len = torch.ones(B, dtype=torch.long, device=DEVICE)
-                moved = es * (
-                    2 * B * Hkv * plan.L * D + 2 * Hkv * plan.S * D + 2 * B * H * D + 2 * B * Hkv * D
-                )
-                moved += 4 * B * H  # lse, fp32
+                moved = attention_bytes(B, D, H, Hkv, 1, plan, es)
                 row: dict[str, Any] = {"D": D, "H/Hkv": f"{H}/{Hkv}", "streams": B, "MB": moved / 1e6}
                 row["splits"] = _pick_splits(B * Hkv, plan.L, DEVICE)  # decode: one row block per kv head
                 got, _ = sink_ring_attention(**x)
@@ -474,6 +480,54 @@ def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) 
                 del x, write, got
         cols = ["D", "H/Hkv", "streams", "splits", "attn_us", "MB", "GB/s", "% peak", "% copy", "write_us", "reference_us", "rel_err"]  # fmt: skip
         report.table(entry["rows"], cols)
+
+
+def attention_bytes(B: int, D: int, H: int, Hkv: int, T: int, plan: Plan, element_size: int) -> int:
+    """Bytes the attention must move: the full rings, sinks, q, the chunk's K/V, out; lse in fp32."""
+    moved = element_size * (
+        2 * B * Hkv * plan.L * D + 2 * Hkv * plan.S * D + 2 * B * H * T * D + 2 * B * Hkv * T * D
+    )
+    return moved + 4 * B * H * T
+
+
+def run_tune(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -> None:
+    """The attention kernel at `tune_streams` full rings under each (key block, warps, stages)."""
+    with section(report, "tune", budget.seconds) as entry:
+        from logstream.kernels import sink_ring_attention as kernel  # Triton: a failure fails this section
+
+        peak = report.data.get("env", {}).get("peak_gbs")
+        B, es = plan.tune_streams, torch.tensor([], dtype=dtype).element_size()
+        report.text(f"attention at {B} streams, full rings, L = {plan.L}, S = {plan.S}, {dtype}, one "
+                    "split; each (key block, warps, stages) against the wrapper's own choice\n")  # fmt: skip
+        for D, H, Hkv, T in plan.tune_shapes:
+            x = cache_inputs(B, D, H, Hkv, plan, dtype, T)
+            moved = attention_bytes(B, D, H, Hkv, T, plan, es)
+            want, _ = kernel.sink_ring_attention(**x, num_splits=1)
+            for launch in (None, *plan.tune_launches):
+                name = f"D={D} T={T} {launch or 'default'}"
+                if budget.left() < 5:
+                    skip(entry, name, f"section budget spent ({budget.seconds:.0f} s)")
+                    continue
+                try:
+                    got, _ = kernel.sink_ring_attention(**x, num_splits=1, launch=launch)
+                    ms = time_ms(
+                        lambda x=x, launch=launch: kernel.sink_ring_attention(
+                            **x, num_splits=1, launch=launch
+                        )
+                    )
+                except Exception as e:  # a launch that does not compile is a row, not the section
+                    skip(entry, name, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    continue
+                gbs = moved / (ms * 1e-3) / 1e9
+                entry["rows"].append({
+                    "D": D, "H/Hkv": f"{H}/{Hkv}", "T": T, "launch": "default" if launch is None else "/".join(map(str, launch)),
+                    "us": ms * 1e3, "GB/s": gbs, "% peak": 100 * gbs / peak if peak else None,
+                    "rel_err": norm_rel_err(got, want),
+                })  # fmt: skip
+                report.save()
+            del x, want
+        cols = ["D", "H/Hkv", "T", "launch", "us", "GB/s", "% peak", "rel_err"]
+        report.table(sorted(entry["rows"], key=lambda r: (r["D"], r["T"], -r["GB/s"])), cols)
 
 
 # -- graph: one decode step, eager vs captured ------------------------------------------------------
@@ -714,6 +768,9 @@ def goals(report: Report) -> list[dict[str, Any]]:
     device_only = [r["lines/s"] for r in rows("graph") if r["preset"] == "small" and r.get("lines/s")]
     out.append({"goal": "(bound) small preset device-only step, captured, lines/s at 1,024 streams",
                 "measured": max(device_only, default=None), "met": None})  # fmt: skip
+    tuned = [r["% peak"] for r in rows("tune") if r["T"] == 1 and r.get("% peak") is not None]
+    out.append({"goal": "(tune) best launch, decode at 1,024 streams, % of HBM peak",
+                "measured": max(tuned, default=None), "met": None})  # fmt: skip
     speedups = [r["speedup"] for r in rows("graph") if r.get("speedup") and r["streams"] <= 64]
     best = min(speedups, default=None)  # the worst small-batch row must still make it
     out.append({"goal": "CUDA graph >= 2x faster than eager at small batch (worst of B <= 64)",
@@ -774,6 +831,7 @@ def main() -> None:
         "kernels": lambda b: run_kernels(report, plan, dtype, b),
         "graph": lambda b: run_graph(report, plan, dtype, b),
         "engine": lambda b: run_engine(report, plan, dtype, b),
+        "tune": lambda b: run_tune(report, plan, dtype, b),
     }
     for name in SECTIONS:
         if name not in wanted:

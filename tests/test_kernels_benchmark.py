@@ -36,7 +36,7 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_rehearsal_runs_every_section(rehearsal: dict) -> None:
     """Every section ran; the only rows skipped are the CUDA-graph captures."""
     sections = rehearsal["sections"]
-    assert list(sections) == ["env", "correct", "kernels", "graph", "engine"]
+    assert list(sections) == ["env", "correct", "kernels", "graph", "engine", "tune"]
     for name, entry in sections.items():
         assert entry["status"] in ("ok", "partial"), (name, entry)
         assert entry["rows"], name
@@ -59,3 +59,10 @@ def test_rehearsal_engine_rows_report_kv_bytes(rehearsal: dict) -> None:
     # tiny preset, L = 64, bf16: 2 layers x 2 x 64 x 2 kv heads x 16 x 2 bytes
     assert {r["bytes_per_stream"] for r in rows if r["path"] != "dense"} == {2 * 2 * 64 * 2 * 16 * 2}
     assert all(r["lines/s"] > 0 for r in rows)
+
+
+def test_rehearsal_tune_launches_compute_what_the_default_does(rehearsal: dict) -> None:
+    """Each (key block, warps, stages) the tune section times gives the default launch's output."""
+    rows = rehearsal["sections"]["tune"]["rows"]
+    assert [r["launch"] for r in rows] == ["default", "32/4/2", "64/4/3"]
+    assert all(r["rel_err"] < 1e-2 for r in rows), rows

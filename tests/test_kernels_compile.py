@@ -99,6 +99,7 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
     ("dtype", "D", "G", "T", "splits"),
     [
         (torch.bfloat16, 128, 4, 1, 1),  # decode, the bandwidth-bound case
+        (torch.bfloat16, 64, 4, 1, 1),  # decode at D = 64: three pipeline stages
         (torch.bfloat16, 128, 4, 64, 1),  # a chunk: 64-row blocks, 8 warps
         (torch.float16, 64, 4, 1, 4),  # split-K: fp32 partial outputs
         (torch.float32, 64, 2, 1, 1),  # the engine's default dtype: IEEE fp32 dots
@@ -107,6 +108,7 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
     ],
     ids=[
         "bf16-d128-decode",
+        "bf16-d64-decode",
         "bf16-d128-chunk",
         "fp16-d64-split4",
         "fp32-d64-decode",

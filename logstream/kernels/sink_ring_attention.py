@@ -224,16 +224,18 @@ def _merge_splits_kernel(
     tl.store(LSE + r, m + tl.log(total), mask=ok)
 
 
-def _block_n_and_warps(D: int, block_m: int, dtype: torch.dtype) -> tuple[int, int]:
-    """Key block and warps that compile without register spills on sm_80/sm_90.
+def _launch_config(D: int, block_m: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(key block, warps, pipeline stages) that compile without register spills on sm_80/sm_90.
 
-    Checked by compiling ahead of time for those targets (ptxas resource usage);
-    not yet tuned for speed on a GPU. IEEE fp32 dots run on the FMA units and
-    need far more registers than 16-bit tensor-core dots, hence smaller blocks.
+    Checked by compiling ahead of time for those targets (ptxas resource usage).
+    IEEE fp32 dots run on the FMA units and need far more registers than 16-bit
+    tensor-core dots, hence smaller blocks. Tuned on an H200 for bf16 decode at
+    1,024 full rings (benchmarks/gpu.py's `tune` section, docs/gpu/README.md):
+    a third stage took D = 64 from 42% to 50% of HBM peak and D = 128 from 54% to 31%.
     """
     if dtype == torch.float32:
-        return (32 if D <= 64 else 16), 8
-    return 64, (8 if block_m >= 64 and D >= 128 else 4)
+        return (32 if D <= 64 else 16), 8, 2
+    return 64, (8 if block_m >= 64 and D >= 128 else 4), (3 if block_m == 16 and D <= 64 else 2)
 
 
 def _pick_splits(programs: int, L: int, device: torch.device) -> int:
@@ -265,6 +267,7 @@ def sink_ring_attention(
     sin: torch.Tensor,
     *,
     num_splits: int | None = None,
+    launch: tuple[int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of a chunk over sinks + ring + itself (see reference.py).
 
@@ -272,7 +275,8 @@ def sink_ring_attention(
     ring_k/ring_v [N, Hkv, L, D] (any strides; ring_k/ring_v share one layout),
     slots/head/fill [B] int64, cos/sin [P, D] fp32 with P >= max(S + L, L + T)
     in the HF layout of `reference.rope_tables` (both halves of a row equal).
-    `num_splits` overrides the split-K heuristic (1 on CPU). No host sync: the
+    `num_splits` overrides the split-K heuristic (1 on CPU), `launch` the (key block,
+    warps, stages) of `_launch_config` (for tuning). No host sync: the
     call can be captured in a CUDA graph. Returns (out [B, H, T, D] in q's
     dtype, lse [B, H, T] fp32).
     """
@@ -307,7 +311,7 @@ def sink_ring_attention(
     # IEEE fp32 at D >= 128 holds 64 rows only by spilling with Triton 3.6's ptxas: 32 there.
     max_rows = 128 if interpret else (32 if dtype == torch.float32 and D >= 128 else 64)
     block_m = max(16, min(triton.next_power_of_2(T * G), max_rows))
-    block_n, num_warps = _block_n_and_warps(D, block_m, dtype)
+    block_n, num_warps, num_stages = launch or _launch_config(D, block_m, dtype)
     programs = triton.cdiv(T * G, block_m) * B * Hkv
     splits = num_splits or _pick_splits(programs, L, q.device)
     assert splits >= 1, "num_splits must be >= 1"
@@ -331,7 +335,7 @@ def sink_ring_attention(
         T, S, L, Hkv, D**-0.5 * _LOG2E,
         G=G, HALF=D // 2, SPLITS=splits, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
-        num_warps=num_warps, num_stages=2,
+        num_warps=num_warps, num_stages=num_stages,
         enable_fp_fusion=True,  # a * b + c as one FMA: Triton's default until 3.10 turns it off
     )  # fmt: skip
     if splits > 1:
