@@ -282,7 +282,8 @@ class StreamingEngine:
         nll_rest = target_nll(logits[:, :-1], tokens[:, 1:])  # [B, T-1]
         nll = torch.cat([nll_first, nll_rest], dim=1)  # [B, T]
         rows = torch.arange(B, device=tokens.device)
-        last = torch.log_softmax(logits[rows, chunk_len - 1], dim=-1)  # [B, V]
+        # [B, V]; a padding row of a bucketed step (chunk_len 0, cuda_graphs.py) reads position 0
+        last = torch.log_softmax(logits[rows, (chunk_len - 1).clamp_min(0)], dim=-1)
         padding = torch.arange(T, device=tokens.device)[None] >= chunk_len[:, None]  # [B, T]
         return nll.masked_fill(padding, 0.0), last
 

@@ -53,9 +53,10 @@ def test_rehearsal_interpreted_kernels_match_the_reference(rehearsal: dict) -> N
 
 
 def test_rehearsal_engine_rows_report_kv_bytes(rehearsal: dict) -> None:
-    """Engine rows cover the Triton, reference and dense paths; KV bytes match the formula."""
+    """Engine rows cover the Triton, bucketed (graphs), reference and dense paths; KV bytes match
+    the formula."""
     rows = rehearsal["sections"]["engine"]["rows"]
-    assert {r["path"] for r in rows} == {"triton", "reference", "dense"}
+    assert {r["path"] for r in rows} == {"triton", "graphs", "reference", "dense"}
     # tiny preset, L = 64, bf16: 2 layers x 2 x 64 x 2 kv heads x 16 x 2 bytes
     assert {r["bytes_per_stream"] for r in rows if r["path"] != "dense"} == {2 * 2 * 64 * 2 * 16 * 2}
     assert all(r["lines/s"] > 0 for r in rows)

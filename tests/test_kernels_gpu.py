@@ -152,3 +152,39 @@ def test_engine_bf16_on_gpu_within_stated_tolerance() -> None:
     want, got = scores["cpu"], scores["cuda-bf16"]
     torch.testing.assert_close(got.mean(-1), want.mean(-1), rtol=2e-2, atol=1e-3)  # line scores
     torch.testing.assert_close(got, want, rtol=5e-2, atol=1e-3)  # token NLLs
+
+
+def test_engine_replays_bucketed_cuda_graphs_with_eager_scores() -> None:
+    """`BucketedStep` on CUDA: 5 streams of ragged lines (1-23 tokens, 40-slot rings wrap) run
+    as captured graphs of padded shapes, with the eager engine's token NLLs and rings; a second
+    pass over the same shapes captures nothing new."""
+    from logstream.cuda_graphs import BucketedStep
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=101, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    gen = torch.Generator().manual_seed(2)
+    lengths = {"a": (23, 1, 9), "b": (5,), "c": (2, 2, 17, 3), "d": (11, 6), "e": (1,)}
+    batches = [
+        {s: [torch.randint(3, 101, (n,), generator=gen).tolist() for n in lengths[s]] for s in lengths}
+        for _ in range(6)
+    ]
+    engines, results = [], []
+    for graphs in (False, True):
+        engine = StreamingEngine(
+            model, [1, 2, 3, 4], window=40, max_streams=5, chunk_tokens=16, device="cuda"
+        )
+        step = engine.step_fn = BucketedStep(engine) if graphs else None
+        results.append([engine.score(batch) for batch in batches[:3]])
+        captured = len(step.graphs) if step else 0
+        results[-1] += [engine.score(batch) for batch in batches[3:]]  # the same shapes again
+        assert not step or (captured >= 2 and len(step.graphs) == captured)
+        engines.append(engine)
+    for want, got in zip(*results, strict=True):
+        for s in lengths:
+            for w, g in zip(want[s], got[s], strict=True):
+                torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(engines[1].ring_k, engines[0].ring_k, rtol=1e-4, atol=1e-4)
