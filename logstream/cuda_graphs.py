@@ -85,9 +85,9 @@ class BucketedStep:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         B, T = tokens.shape
         Bp, Tp = self.shape(B, T)
-        rows = (0, 0, 0, Bp - B)  # F.pad: no padding on the last dim, Bp - B rows after the first
+        pad_rows = (0, 0, 0, Bp - B)  # F.pad: none on the last dim, Bp - B rows after the first
         if not self.capture:  # padding rows are zeros: chunk_len 0 and fill 0 (module doc)
-            padded = [F.pad(tokens, (0, Tp - T, 0, Bp - B)), F.pad(previous, rows)]
+            padded = [F.pad(tokens, (0, Tp - T, 0, Bp - B)), F.pad(previous, pad_rows)]
             padded += [F.pad(x, (0, Bp - B)) for x in (slots, head, fill, chunk_len)]
             nll, last = self.engine.device_step(*padded, ring_len, fill_all and Bp == B)
             return nll[:B, :T], last[:B]
