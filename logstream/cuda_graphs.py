@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -73,16 +74,10 @@ class BucketedStep:
         return bucket(B), (bucket(T) if bucket(T) <= self.engine.chunk_tokens else T)
 
     def __call__(
-        self,
-        tokens: torch.Tensor,
-        previous: torch.Tensor,
-        slots: torch.Tensor,
-        head: torch.Tensor,
-        fill: torch.Tensor,
-        chunk_len: torch.Tensor,
-        ring_len: int,
-        fill_all: bool = False,
+        self, tokens: torch.Tensor, previous: torch.Tensor, *step: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`device_step(tokens, previous, slots, head, fill, chunk_len, ring_len, fill_all=False)`."""
+        slots, head, fill, chunk_len, ring_len, fill_all = (*step, False)[:6]  # fill_all is optional
         B, T = tokens.shape
         Bp, Tp = self.shape(B, T)
         pad_rows = (0, 0, 0, Bp - B)  # F.pad: none on the last dim, Bp - B rows after the first
