@@ -86,12 +86,12 @@ class BucketedStep:
             padded += [F.pad(x, (0, Bp - B)) for x in (slots, head, fill, chunk_len)]
             nll, last = self.engine.device_step(*padded, ring_len, fill_all and Bp == B)
             return nll[:B, :T], last[:B]
-        step = self.graphs.get((Bp, Tp)) or self._capture(Bp, Tp)
-        for static, x in zip(step.inputs, (tokens, previous, slots, head, fill, chunk_len), strict=True):
+        captured = self.graphs.get((Bp, Tp)) or self._capture(Bp, Tp)
+        for static, x in zip(captured.inputs, (tokens, previous, slots, head, fill, chunk_len), strict=True):
             static.zero_()
             static[tuple(slice(0, n) for n in x.shape)].copy_(x)
-        step.graph.replay()
-        return step.nll[:B, :T].clone(), step.last[:B].clone()  # the next replay rewrites them
+        captured.graph.replay()
+        return captured.nll[:B, :T].clone(), captured.last[:B].clone()  # the next replay rewrites them
 
     def _capture(self, B: int, T: int) -> Captured:
         """Capture the step at [B, T]. Its inputs start at zero, so the warm-up runs write no ring."""
