@@ -80,16 +80,15 @@ class BucketedStep:
         slots, head, fill, chunk_len, ring_len, fill_all = (*step, False)[:6]  # fill_all is optional
         B, T = tokens.shape
         Bp, Tp = self.shape(B, T)
-        pad_rows = (0, 0, 0, Bp - B)  # F.pad: none on the last dim, Bp - B rows after the first
-        if not self.capture:  # padding rows are zeros: chunk_len 0 and fill 0 (module doc)
-            padded = [F.pad(tokens, (0, Tp - T, 0, Bp - B)), F.pad(previous, pad_rows)]
-            padded += [F.pad(x, (0, Bp - B)) for x in (slots, head, fill, chunk_len)]
+        # padding rows are zeros: chunk_len 0 and fill 0 (module doc)
+        padded = [F.pad(tokens, (0, Tp - T, 0, Bp - B)), F.pad(previous, (0, 0, 0, Bp - B))]
+        padded += [F.pad(x, (0, Bp - B)) for x in (slots, head, fill, chunk_len)]
+        if not self.capture:
             nll, last = self.engine.device_step(*padded, ring_len, fill_all and Bp == B)
             return nll[:B, :T], last[:B]
         captured = self.graphs.get((Bp, Tp)) or self._capture(Bp, Tp)
-        for static, x in zip(captured.inputs, (tokens, previous, slots, head, fill, chunk_len), strict=True):
-            static.zero_()
-            static[tuple(slice(0, n) for n in x.shape)].copy_(x)
+        for static, x in zip(captured.inputs, padded, strict=True):
+            static.copy_(x)
         captured.graph.replay()
         return captured.nll[:B, :T].clone(), captured.last[:B].clone()  # the next replay rewrites them
 

@@ -112,19 +112,24 @@ def test_decode_step_replays_as_cuda_graph() -> None:
     torch.testing.assert_close(static_out, want, atol=0, rtol=0)
 
 
-def engine_scores(init_std: float) -> dict[str, torch.Tensor]:
-    """Token NLLs of 3 streams x 12 lines (the 40-slot rings wrap): CPU fp32, CUDA fp32, CUDA bf16.
-
-    The CPU run takes the torch reference, the CUDA runs the Triton kernels. A larger
-    init_std gives peaked next-token distributions, so the NLLs are not all near log(V).
-    """
+def two_layer_llama(init_std: float) -> LlamaForCausalLM:
+    """A random 2-layer Llama (V = 101, C = 128, 4 / 2 heads); a larger init_std peaks its predictions."""
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=101, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         initializer_range=init_std,
     )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config).eval()
+
+
+def engine_scores(init_std: float) -> dict[str, torch.Tensor]:
+    """Token NLLs of 3 streams x 12 lines (the 40-slot rings wrap): CPU fp32, CUDA fp32, CUDA bf16.
+
+    The CPU run takes the torch reference, the CUDA runs the Triton kernels. A larger
+    init_std gives peaked next-token distributions, so the NLLs are not all near log(V).
+    """
+    model = two_layer_llama(init_std)
     gen = torch.Generator().manual_seed(1)
     lines = {
         f"s{i}": [torch.randint(3, 101, (9,), generator=gen).tolist() for _ in range(12)] for i in range(3)
@@ -160,12 +165,7 @@ def test_engine_replays_bucketed_cuda_graphs_with_eager_scores() -> None:
     pass over the same shapes captures nothing new."""
     from logstream.cuda_graphs import BucketedStep
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=101, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1,
-    )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
+    model = two_layer_llama(init_std=0.1)
     gen = torch.Generator().manual_seed(2)
     lengths = {"a": (23, 1, 9), "b": (5,), "c": (2, 2, 17, 3), "d": (11, 6), "e": (1,)}
     batches = [
