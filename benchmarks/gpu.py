@@ -569,13 +569,13 @@ def step_matches_engine(model: torch.nn.Module, plan: Plan, dtype: torch.dtype) 
     vocab = engine.vocab_size
     engine.score(random_lines(vocab, B, math.ceil(1.5 * L / T), T, seed=2))
     names = [f"s{b}" for b in range(B)]
-    states = [engine.streams[s] for s in names]
+    slots = [engine.streams[s].slot for s in names]
     cache = StepCache(
-        torch.tensor([s.slot for s in states], device=DEVICE),
-        torch.tensor([s.head for s in states], device=DEVICE),
-        torch.tensor([s.fill for s in states], device=DEVICE),
+        torch.tensor(slots, device=DEVICE),
+        torch.tensor(engine.head[slots], device=DEVICE),
+        torch.tensor(engine.fill[slots], device=DEVICE),
         torch.full((B,), T, device=DEVICE),
-        torch.stack([s.last_logprobs for s in states]),  # [B, V]
+        engine.next_logprobs[slots],  # [B, V]
     )
     tokens = torch.randint(3, vocab, (B, T), device=DEVICE)
     rings = engine.ring_k.clone(), engine.ring_v.clone()

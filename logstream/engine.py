@@ -16,9 +16,9 @@ Cache layout (per layer, keys before RoPE; see kernels/reference.py):
     sink_k, sink_v  [Hkv, S, D]      the pattern prompt, shared by all streams
     ring_k, ring_v  [N, Hkv, L, D]   one slot per stream, N = max_streams
 
-Memory per stream is layers x 2 x L x Hkv x D x bytes, whatever the stream's
-length. Streams beyond `max_streams` evict the least recently used one; an
-evicted stream that returns is rebuilt from its last L tokens, or, with `offload=True`, its
+Memory per stream is layers x 2 x L x Hkv x D x bytes (and a [V] row of next-token
+log-probs), whatever the stream's length. Streams beyond `max_streams` evict the least
+recently used one; an evicted stream that returns is rebuilt from its last L tokens, or, with `offload=True`, its
 ring is copied to host memory (pinned when the engine is on a GPU) and paged back unchanged.
 """
 
@@ -47,11 +47,13 @@ CPU_STEP_CHUNKS = 16
 
 @dataclass
 class StreamState:
-    slot: int
-    head: int = 0  # next ring slot to write
-    fill: int = 0  # valid ring entries
-    last_logprobs: torch.Tensor | None = None  # [V] prediction for the stream's next token
+    slot: int  # its row in the engine's per-slot state: rings, `head`, `fill`, `next_logprobs`
     recent: deque[int] = field(default_factory=deque)  # last L token ids, to rebuild after eviction
+
+
+# An offloaded stream: its state, host copies of its slot's tensors (`_pools()`, then the [V]
+# next log-probs) and its (head, fill)
+Offloaded = tuple[StreamState, list[torch.Tensor], tuple[int, int]]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -137,11 +139,16 @@ class StreamingEngine:
             else None
         )
         self.sink_k, self.sink_v, self.initial_logprobs = self._prefill_sinks(sink_ids)
+        # Per slot, so that a step's bookkeeping is a few array operations, not Python per stream
+        # (at 1,024 streams on a GPU that Python was most of a call; docs/gpu/README.md):
+        self.head = np.zeros(max_streams, dtype=np.int64)  # [N] next ring slot to write
+        self.fill = np.zeros(max_streams, dtype=np.int64)  # [N] valid ring entries
+        self.next_logprobs = torch.zeros(max_streams, self.vocab_size, device=self.device)  # [N, V] fp32
         self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
         self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
         # offload: evicted streams' rings on the host, [layers, Hkv, L, D] each for K and V
         self.offload = offload
-        self.offloaded: OrderedDict[str, tuple[StreamState, list[torch.Tensor]]] = OrderedDict()
+        self.offloaded: OrderedDict[str, Offloaded] = OrderedDict()
         self.free_slots = list(range(max_streams - 1, -1, -1))
         # the device forward each step runs: None is `device_step`; set a callable with its
         # signature that calls it (compiled, counted, timed) to change how, not what, it computes
@@ -208,16 +215,16 @@ class StreamingEngine:
             x = self._finish_layer(layer, x, out)
         return sink_k, sink_v, self._logprobs(x)[0, -1]
 
-    def ring_len(self, states: list[StreamState]) -> int:
-        """Ring entries any query of this step can see: min(max fill, L - 1), rounded up to 64.
+    def ring_len(self, fill: np.ndarray) -> int:
+        """Ring entries any query of a step with these fills [B] can see: min(max fill, L - 1),
+        rounded up to 64.
 
         An entry of age r is visible to query t iff r <= fill and t + r <= L - 1, so older
         entries are skipped exactly (streams that have not filled their ring, e.g. sessions of
         a few hundred tokens, attend over their own length). Rounding up (the extra entries are
         masked) keeps the number of distinct shapes small, for compiled and captured steps.
         """
-        fill = max(s.fill for s in states)
-        return min(-(-fill // 64) * 64, self.window - 1)
+        return min(-(-int(fill.max()) // 64) * 64, self.window - 1)
 
     @torch.no_grad()
     def device_step(
@@ -298,28 +305,23 @@ class StreamingEngine:
         index = index.expand(-1, k.shape[1], -1, k.shape[3])  # [B, Hkv, L, D]
         return k.gather(2, index), v.gather(2, index), (head + start) % L, chunk_len - start
 
-    def _step(self, states: list[StreamState], chunks: list[list[int]]) -> torch.Tensor:
-        """Host bookkeeping around one device step over a ragged batch; returns token NLL [B, T]."""
-        B, T = len(chunks), max(len(c) for c in chunks)
-        tokens = np.zeros((B, T), dtype=np.int64)  # filled on the host, one copy to the device
-        for b, chunk in enumerate(chunks):
-            tokens[b, : len(chunk)] = chunk
-        cache = torch.tensor(
-            [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
-        ).T.contiguous()  # [4, B]: slots, head, fill, chunk_len; rows contiguous (kernels take pointers)
-        previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
+    def _step(self, slots: np.ndarray, tokens: np.ndarray, chunk_len: np.ndarray) -> torch.Tensor:
+        """Host bookkeeping around one device step over a ragged batch: slots [B], tokens [B, T]
+        (0 after each chunk), chunk_len [B] -> token NLL [B, T]; the streams' heads, fills and
+        next log-probs move on."""
+        head, fill = self.head[slots], self.fill[slots]
         # blocks after the first see the L - 1 keys before them (kernels/flash_cpu.py)
-        ring_len = self.ring_len(states) if self.chunk_tokens >= T else self.window - 1
-        fill_all = min(s.fill for s in states) >= ring_len
+        ring_len = self.ring_len(fill) if self.chunk_tokens >= tokens.shape[1] else self.window - 1
+        # [4, B]: slots, head, fill, chunk_len; rows contiguous (kernels take pointers)
+        cache = torch.from_numpy(np.stack([slots, head, fill, chunk_len])).to(self.device)
+        slots_at = cache[0]
         nll, last = (self.step_fn or self.device_step)(
-            torch.from_numpy(tokens).to(self.device), previous, *cache.to(self.device), ring_len, fill_all
-        )
-        for state, chunk, logprobs in zip(states, chunks, last.unbind(0), strict=True):
-            n = len(chunk)
-            state.last_logprobs = logprobs
-            state.head = (state.head + n) % self.window
-            state.fill = min(state.fill + n, self.window)
-            state.recent.extend(chunk)
+            torch.from_numpy(tokens).to(self.device), self.next_logprobs[slots_at], *cache, ring_len,
+            bool(fill.min() >= ring_len),
+        )  # fmt: skip
+        self.next_logprobs.index_copy_(0, slots_at, last)
+        self.head[slots] = (head + chunk_len) % self.window
+        self.fill[slots] = np.minimum(fill + chunk_len, self.window)
         return nll
 
     # -- streams ---------------------------------------------------------------------------------
@@ -333,13 +335,17 @@ class StreamingEngine:
             self._evict_lru(keep)
         slot = self.free_slots.pop()
         if stream in self.offloaded:  # page its ring back in: exact, no tokens to replay
-            state, saved = self.offloaded.pop(stream)
+            state, saved, position = self.offloaded.pop(stream)
             state.slot = slot
-            for pool, host in zip(self._pools(), saved, strict=True):
+            self.head[slot], self.fill[slot] = position
+            for pool, host in zip(self._pools(), saved[:-1], strict=True):
                 pool[:, slot].copy_(host, non_blocking=True)  # [layers, Hkv, L, D]
+            self.next_logprobs[slot].copy_(saved[-1], non_blocking=True)
             self.streams[stream] = state
             return state, []
-        state = StreamState(slot=slot, last_logprobs=self.initial_logprobs, recent=deque(maxlen=self.window))
+        state = StreamState(slot=slot, recent=deque(maxlen=self.window))
+        self.head[slot] = self.fill[slot] = 0
+        self.next_logprobs[slot] = self.initial_logprobs
         self.streams[stream] = state
         return state, list(self.evicted.pop(stream, ()))
 
@@ -349,10 +355,13 @@ class StreamingEngine:
         state = self.streams.pop(victim)
         self.free_slots.append(state.slot)
         if self.offload:
-            self.offloaded[victim] = (state, [self._to_host(t[:, state.slot]) for t in self._pools()])
+            saved = [self._to_host(t[:, state.slot]) for t in self._pools()]
+            saved.append(self._to_host(self.next_logprobs[state.slot]))
+            position = (int(self.head[state.slot]), int(self.fill[state.slot]))
+            self.offloaded[victim] = (state, saved, position)
             if len(self.offloaded) <= 16 * self.max_streams:
                 return
-            victim, (state, _) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens
+            victim, (state, *_) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens
         self.evicted[victim] = state.recent
         while len(self.evicted) > 16 * self.max_streams:  # bounded: forget the oldest
             self.evicted.popitem(last=False)
@@ -410,7 +419,7 @@ class StreamingEngine:
     def end_nll(self, stream: str, token_id: int) -> float:
         """Surprisal of `token_id` (end of stream) as the stream's next token."""
         state = self.streams.get(stream)
-        logprobs = state.last_logprobs if state is not None else self.initial_logprobs
+        logprobs = self.next_logprobs[state.slot] if state is not None else self.initial_logprobs
         return float(-logprobs[token_id])
 
     def score(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
@@ -433,32 +442,38 @@ class StreamingEngine:
 
     def _score_group(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
         results: dict[str, list[np.ndarray]] = {s: [] for s, lines in lines_by_stream.items() if not lines}
-        lines_by_stream = {s: lines for s, lines in lines_by_stream.items() if lines}
-        keep = set(lines_by_stream)
-        pending: dict[str, list[int]] = {}
-        scored_from: dict[str, int] = {}  # tokens before this index are an unscored rebuild
-        states: dict[str, StreamState] = {}
-        for stream, lines in lines_by_stream.items():
-            states[stream], rebuild = self._acquire(stream, keep)
-            pending[stream] = rebuild + [t for line in lines for t in line]
-            scored_from[stream] = len(rebuild)
-        offset = dict.fromkeys(pending, 0)
-        steps: list[tuple[list[str], list[int], torch.Tensor]] = []  # (streams, chunk lengths, nll [B, T])
-        while active := [s for s in pending if offset[s] < len(pending[s])]:
-            n = self.chunk_tokens * self._chunks_per_stream(len(active))
-            chunks = [pending[s][offset[s] : offset[s] + n] for s in active]
-            steps.append((active, [len(c) for c in chunks], self._step([states[s] for s in active], chunks)))
-            for s, chunk in zip(active, chunks, strict=True):
-                offset[s] += len(chunk)
+        names = [s for s, lines in lines_by_stream.items() if lines]
+        keep = set(names)
+        slots, scored_from, pending = [], [], []  # per stream; tokens before scored_from are a rebuild
+        for stream in names:
+            state, rebuild = self._acquire(stream, keep)
+            tokens = rebuild + list(itertools.chain.from_iterable(lines_by_stream[stream]))
+            state.recent.extend(tokens)
+            slots.append(state.slot)
+            scored_from.append(len(rebuild))
+            pending.append(tokens)
+        # Every stream's tokens end to end in `flat`; a step takes each active stream's next chunk.
+        lengths = np.fromiter(map(len, pending), dtype=np.int64, count=len(names))  # [streams]
+        starts = np.cumsum(lengths) - lengths
+        flat = np.fromiter(itertools.chain.from_iterable(pending), dtype=np.int64, count=int(lengths.sum()))
+        slots_of = np.array(slots, dtype=np.int64)
+        done = np.zeros_like(lengths)
+        steps: list[tuple[np.ndarray, np.ndarray, torch.Tensor]] = []  # (flat index, real [B, T], nll [B, T])
+        while (active := np.flatnonzero(done < lengths)).size:
+            n = self.chunk_tokens * self._chunks_per_stream(active.size)
+            chunk_len = np.minimum(lengths[active] - done[active], n)  # [B]
+            index = (starts[active] + done[active])[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
+            real = index < (starts[active] + done[active] + chunk_len)[:, None]
+            tokens = np.where(real, flat[np.minimum(index, flat.size - 1)], 0)
+            steps.append((index[real], real, self._step(slots_of[active], tokens, chunk_len)))
+            done[active] += chunk_len
         # One device-to-host copy per step, after the last: a copy per stream would wait on the
         # device once per stream (at 1,024 streams on a GPU, most of a call; docs/gpu/README.md).
-        nll_parts: dict[str, list[np.ndarray]] = {s: [] for s in pending}
-        for active, lengths, nll in steps:
-            host = nll.cpu().numpy()  # [B, T]
-            for b, (s, n) in enumerate(zip(active, lengths, strict=True)):
-                nll_parts[s].append(host[b, :n])
-        for stream, lines in lines_by_stream.items():
-            token_nll = np.concatenate(nll_parts[stream])[scored_from[stream] :]
-            bounds = itertools.accumulate((len(line) for line in lines), initial=0)  # np.cumsum: 10x slower
+        token_nll = np.empty(flat.size, dtype=np.float32)
+        for index, real, nll in steps:
+            token_nll[index] = nll.cpu().numpy()[real]
+        for stream, start, skip in zip(names, starts.tolist(), scored_from, strict=True):
+            lines = lines_by_stream[stream]
+            bounds = itertools.accumulate(map(len, lines), initial=start + skip)  # np.cumsum: 10x slower
             results[stream] = [token_nll[a:b] for a, b in itertools.pairwise(bounds)]
         return results

@@ -36,7 +36,7 @@ def carry_streams(old: Detector, new: Detector) -> int:
     share a tokenizer; how many streams were carried (0: they start cold)."""
     if old.tokenizer.hf.get_vocab() != new.tokenizer.hf.get_vocab():
         return 0
-    recent = {name: state.recent for name, (state, _) in old.engine.offloaded.items()}
+    recent = {name: state.recent for name, (state, *_) in old.engine.offloaded.items()}
     recent.update(old.engine.evicted)
     recent.update((name, state.recent) for name, state in old.engine.streams.items())
     for name, tokens in recent.items():

@@ -64,8 +64,8 @@ def test_padded_steps_score_what_unpadded_steps_do(int8_ring: bool) -> None:
             for w, g in zip(w_batch[s], g_batch[s], strict=True):
                 np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
     for s in lengths:
-        p, b = plain.streams[s], bucketed.streams[s]
-        assert (b.head, b.fill) == (p.head, p.fill)
-        torch.testing.assert_close(b.last_logprobs, p.last_logprobs, atol=1e-5, rtol=1e-5)
+        p, b = plain.streams[s].slot, bucketed.streams[s].slot
+        assert (bucketed.head[b], bucketed.fill[b]) == (plain.head[p], plain.fill[p])
+        torch.testing.assert_close(bucketed.next_logprobs[b], plain.next_logprobs[p], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bucketed.ring_k, plain.ring_k, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bucketed.ring_v, plain.ring_v, atol=1e-5, rtol=1e-5)

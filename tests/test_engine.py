@@ -61,7 +61,7 @@ def test_engine_equals_hf_forward_inside_window(kv_heads: int) -> None:
         ids = torch.tensor([sink_ids + toks])
         with torch.no_grad():
             want = F.log_softmax(model(ids).logits[0, -1].float(), dim=-1)
-        torch.testing.assert_close(engine.streams[s].last_logprobs, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(engine.next_logprobs[engine.streams[s].slot], want, atol=1e-4, rtol=1e-4)
 
 
 def slow_sink_window_nll(
@@ -183,12 +183,12 @@ def test_device_step_is_score_without_the_bookkeeping() -> None:
     engine, twin = _wrapped_engine(), _wrapped_engine()
     names = ["s0", "s1", "s2"]
     chunks = [[5, 6, 7, 8], [9], [10, 11, 12]]
-    states = [engine.streams[s] for s in names]
+    slots = [engine.streams[s].slot for s in names]
     tokens = torch.tensor([c + [0] * (4 - len(c)) for c in chunks])  # [B, T] padded
     cache = torch.tensor(
-        [[s.slot, s.head, s.fill, len(c)] for s, c in zip(states, chunks, strict=True)]
-    ).T.contiguous()
-    previous = torch.stack([s.last_logprobs for s in states])  # [B, V]
+        [slots, engine.head[slots].tolist(), engine.fill[slots].tolist(), [len(c) for c in chunks]]
+    )  # [4, B]
+    previous = engine.next_logprobs[slots]  # [B, V]
     nll, last = engine.device_step(tokens, previous, *cache, ring_len=engine.window - 1)
     want = twin.score({s: [c] for s, c in zip(names, chunks, strict=True)})
     for b, s in enumerate(names):
@@ -196,7 +196,7 @@ def test_device_step_is_score_without_the_bookkeeping() -> None:
             nll[b, : len(chunks[b])], torch.from_numpy(want[s][0]), atol=1e-5, rtol=1e-5
         )
         assert torch.all(nll[b, len(chunks[b]) :] == 0)
-        torch.testing.assert_close(last[b], twin.streams[s].last_logprobs, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(last[b], twin.next_logprobs[twin.streams[s].slot], atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_device_step_equals_eager() -> None:
@@ -325,9 +325,8 @@ def test_few_streams_take_several_chunks_a_step_with_the_same_scores(int8_ring: 
     for s in batch:
         for g, w in zip(got[s], want[s], strict=True):
             np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(
-            many.streams[s].last_logprobs, one.streams[s].last_logprobs, atol=1e-5, rtol=1e-5
-        )
-        assert (many.streams[s].head, many.streams[s].fill) == (one.streams[s].head, one.streams[s].fill)
+        m, o = many.streams[s].slot, one.streams[s].slot
+        torch.testing.assert_close(many.next_logprobs[m], one.next_logprobs[o], atol=1e-5, rtol=1e-5)
+        assert (many.head[m], many.fill[m]) == (one.head[o], one.fill[o])
     torch.testing.assert_close(many.ring_k, one.ring_k, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(many.ring_v, one.ring_v, atol=1e-5, rtol=1e-5)
