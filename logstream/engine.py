@@ -18,8 +18,9 @@ Cache layout (per layer, keys before RoPE; see kernels/reference.py):
 
 Memory per stream is layers x 2 x L x Hkv x D x bytes (and a [V] row of next-token
 log-probs), whatever the stream's length. Streams beyond `max_streams` evict the least
-recently used one; an evicted stream that returns is rebuilt from its last L tokens, or, with `offload=True`, its
-ring is copied to host memory (pinned when the engine is on a GPU) and paged back unchanged.
+recently used one; an evicted stream that returns is rebuilt from its last L tokens, or,
+with `offload=True`, its ring is copied to host memory (pinned when the engine is on a GPU)
+and paged back unchanged.
 """
 
 from __future__ import annotations
