@@ -60,6 +60,19 @@ def test_top_k_of_words_takes_each_word_once() -> None:
     assert surprising_tokens(nll) == ((0, 12.0), (1, 11.0), (2, 10.0))  # explanations: tokens
 
 
+def test_top_mean_is_numpys_mean_of_the_top_k_bit_for_bit() -> None:
+    """`top_mean` sorts in Python for speed; its value is numpy's mean of the k largest, largest
+    first, in the units' dtype, to the last bit (ties, k beyond the length, float32 and float64)."""
+    rng = np.random.default_rng(0)
+    for case in range(3000):
+        n, k = int(rng.integers(2, 30)), int(rng.choice([0, 1, 3, 6, 40]))
+        units = rng.random(n) * rng.choice([0.01, 1.0, 20.0])
+        units = np.round(units, 1) if case % 3 == 0 else units  # ties
+        units = units.astype(np.float32 if case % 2 else np.float64)
+        want = np.mean(np.sort(units)[::-1][:k] if k else units)
+        assert top_mean(units, k) == float(want), (units, k)
+
+
 def test_words_are_the_default_and_older_models_keep_tokens() -> None:
     """New models count words; a calibration saved before `line_unit` existed was fitted on
     token scores and keeps them; an unknown unit is refused; a word score needs word starts."""
