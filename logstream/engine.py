@@ -75,12 +75,6 @@ def target_nll(logits: torch.Tensor, targets: torch.Tensor, fused: bool | None =
     return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[..., None])[..., 0]
 
 
-def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., D] -> (int8 [..., D], fp32 scale [..., 1]) with x ~ int8 x scale, scale = max|x| / 127."""
-    scale = x.float().abs().amax(-1, keepdim=True).clamp_min(1e-8) / 127.0
-    return torch.round(x.float() / scale).to(torch.int8), scale
-
-
 class StreamingEngine:
     """Batched per-stream scoring with a constant-size cache per stream.
 
@@ -127,9 +121,7 @@ class StreamingEngine:
 
         shape = (len(self.layers), max_streams, self.n_kv_heads, window, self.head_dim)
         # int8_ring: K/V quantized per (token, kv head), x = int8 x scale, scale = max|x| / 127
-        # (the CPU path dequantizes the batch's rings each step; the Triton kernels read fp16/bf16/fp32)
-        if int8_ring and self.device.type == "cuda":
-            raise ValueError("int8_ring: the Triton kernels do not read int8 yet; use it on CPU")
+        # (the Triton kernels dequantize as they read; the CPU path dequantizes the batch's rings)
         ring_dtype = torch.int8 if int8_ring else dtype
         self.ring_k = torch.zeros(shape, device=self.device, dtype=ring_dtype)  # [layers, N, Hkv, L, D]
         self.ring_v = torch.zeros(shape, device=self.device, dtype=ring_dtype)
@@ -261,27 +253,29 @@ class StreamingEngine:
         x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
-            ring_k, ring_v = self.ring_k[i], self.ring_v[i]  # [N, Hkv, L, D]
-            sinks = (self.sink_k[i], self.sink_v[i])  # [Hkv, S, D]
-            if self.ring_scales is None:
-                rings, at = (ring_k, ring_v), slots
-            else:  # the batch's rings, dequantized: [B, Hkv, L, D] each, read at slots 0..B-1
-                ks, vs = self.ring_scales[0][i], self.ring_scales[1][i]  # [N, Hkv, L, 1]
-                rings = ((ring_k[slots] * ks[slots]).to(q.dtype), (ring_v[slots] * vs[slots]).to(q.dtype))
-                at = torch.arange(B, device=slots.device)
+            rings = (self.ring_k[i], self.ring_v[i])  # [N, Hkv, L, D]
+            scales = None if self.ring_scales is None else (self.ring_scales[0][i], self.ring_scales[1][i])
             out, _ = sink_ring_attention(
-                q, k, v, *sinks, *rings, at, head, fill, self.cos, self.sin, ring_len, bias, P
-            )  # [B, H, T, D]
+                q,
+                k,
+                v,
+                self.sink_k[i],
+                self.sink_v[i],
+                *rings,
+                slots,
+                head,
+                fill,
+                self.cos,
+                self.sin,
+                ring_len,
+                bias,
+                P,
+                scales,
+            )  # [B, H, T, D]; sinks [Hkv, S, D]
             written_head, written_len = head, chunk_len
             if self.window < T:  # several blocks: only the last L tokens stay in the ring
                 k, v, written_head, written_len = self._ring_tail(k, v, head, chunk_len)
-            if self.ring_scales is None:
-                ring_write(ring_k, ring_v, slots, written_head, k, v, written_len)
-            else:
-                k8, k_scale = quantize_int8(k)  # [B, Hkv, T, D] int8, [B, Hkv, T, 1] fp32
-                v8, v_scale = quantize_int8(v)
-                ring_write(ring_k, ring_v, slots, written_head, k8, v8, written_len)
-                ring_write(ks, vs, slots, written_head, k_scale, v_scale, written_len)
+            ring_write(*rings, slots, written_head, k, v, written_len, scales)  # int8: quantized
             x = self._finish_layer(layer, x, out)
         h = rms_norm(x, self.decoder.norm.weight, self.eps)
         logits = self.model.lm_head(h).float()  # [B, T, V]

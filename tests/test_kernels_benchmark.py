@@ -52,13 +52,26 @@ def test_rehearsal_interpreted_kernels_match_the_reference(rehearsal: dict) -> N
     assert rehearsal["sections"]["graph"]["step_matches_engine"]["tiny"] < 1e-3
 
 
+def test_rehearsal_int8_decode_computes_the_dequantized_ring(rehearsal: dict) -> None:
+    """At the most streams each head shape has a second, int8 ring row: fewer bytes moved, and
+    the 16-bit kernel's output on the dequantized rings (bf16 in the rehearsal)."""
+    rows = rehearsal["sections"]["kernels"]["rows"]
+    int8 = [r for r in rows if r["ring"] == "int8"]
+    assert [(r["D"], r["streams"]) for r in int8] == [(32, 3)]
+    (bf16,) = [r for r in rows if r["ring"] == "bfloat16" and r["streams"] == 3]
+    assert int8[0]["MB"] < bf16["MB"] and int8[0]["rel_err"] < 1e-2
+
+
 def test_rehearsal_engine_rows_report_kv_bytes(rehearsal: dict) -> None:
-    """Engine rows cover the Triton, bucketed (graphs), reference and dense paths; KV bytes match
-    the formula."""
+    """Engine rows cover the Triton, bucketed (graphs), int8 ring, reference and dense paths; KV
+    bytes match the formula."""
     rows = rehearsal["sections"]["engine"]["rows"]
-    assert {r["path"] for r in rows} == {"triton", "graphs", "reference", "dense"}
-    # tiny preset, L = 64, bf16: 2 layers x 2 x 64 x 2 kv heads x 16 x 2 bytes
-    assert {r["bytes_per_stream"] for r in rows if r["path"] != "dense"} == {2 * 2 * 64 * 2 * 16 * 2}
+    assert {r["path"] for r in rows} == {"triton", "graphs", "int8", "reference", "dense"}
+    # tiny preset, L = 64, bf16: 2 layers x 2 x 64 x 2 kv heads x 16 x 2 bytes; int8: x (16 + 4) bytes
+    assert {r["bytes_per_stream"] for r in rows if r["path"] not in ("dense", "int8")} == {
+        2 * 2 * 64 * 2 * 16 * 2
+    }
+    assert {r["bytes_per_stream"] for r in rows if r["path"] == "int8"} == {2 * 2 * 64 * 2 * (16 + 4)}
     assert all(r["lines/s"] > 0 for r in rows)
 
 

@@ -28,6 +28,7 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 
+from logstream.kernels import reference
 from logstream.kernels import ring_write as ring_write_module
 from logstream.kernels import sink_ring_attention as attention_module
 
@@ -96,15 +97,17 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
 
 
 @pytest.mark.parametrize(
-    ("dtype", "D", "G", "T", "splits"),
+    ("dtype", "D", "G", "T", "splits", "int8"),
     [
-        (torch.bfloat16, 128, 4, 1, 1),  # decode, the bandwidth-bound case
-        (torch.bfloat16, 64, 4, 1, 1),  # decode at D = 64: three pipeline stages
-        (torch.bfloat16, 128, 4, 64, 1),  # a chunk: 64-row blocks, 8 warps
-        (torch.float16, 64, 4, 1, 4),  # split-K: fp32 partial outputs
-        (torch.float32, 64, 2, 1, 1),  # the engine's default dtype: IEEE fp32 dots
-        (torch.float32, 128, 4, 64, 1),
-        (torch.float32, 16, 2, 64, 1),  # the tiny preset's head_dim
+        (torch.bfloat16, 128, 4, 1, 1, False),  # decode, the bandwidth-bound case
+        (torch.bfloat16, 64, 4, 1, 1, False),  # decode at D = 64: three pipeline stages
+        (torch.bfloat16, 128, 4, 64, 1, False),  # a chunk: 64-row blocks, 8 warps
+        (torch.float16, 64, 4, 1, 4, False),  # split-K: fp32 partial outputs
+        (torch.float32, 64, 2, 1, 1, False),  # the engine's default dtype: IEEE fp32 dots
+        (torch.float32, 128, 4, 64, 1, False),
+        (torch.float32, 16, 2, 64, 1, False),  # the tiny preset's head_dim
+        (torch.bfloat16, 128, 4, 1, 1, True),  # an int8 ring, dequantized as it is read
+        (torch.bfloat16, 64, 4, 1, 4, True),
     ],
     ids=[
         "bf16-d128-decode",
@@ -114,10 +117,12 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
         "fp32-d64-decode",
         "fp32-d128-chunk",
         "fp32-d16-chunk",
+        "bf16-d128-decode-int8",
+        "bf16-d64-split4-int8",
     ],
 )
 def test_attention_compiles_for_sm90_without_spills(
-    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, D: int, G: int, T: int, splits: int
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, D: int, G: int, T: int, splits: int, int8: bool
 ) -> None:
     """The attention kernel and the split-K merge, as the wrapper launches them, compile
     for H100/H200 with no spills and no dot shallower than Triton 3.6 compiles."""
@@ -125,7 +130,13 @@ def test_attention_compiles_for_sm90_without_spills(
     merge = record(monkeypatch, attention_module, "_merge_splits_kernel")
     x = make_inputs(Case(B=2, H=2 * G, Hkv=2, T=T, D=D, S=4, L=130, dtype=dtype))
     x["q"] = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # the engine's layout
-    attention_module.sink_ring_attention(**x, num_splits=splits)
+    scales = None
+    if int8:
+        (x["ring_k"], k_scale), (x["ring_v"], v_scale) = map(
+            reference.quantize_int8, (x["ring_k"], x["ring_v"])
+        )
+        scales = (k_scale, v_scale)
+    attention_module.sink_ring_attention(**x, num_splits=splits, ring_scales=scales)
     assert len(attention.launches) == 1 and len(merge.launches) == int(splits > 1)
     for recorder in (attention, merge):
         for args, kwargs in recorder.launches:
@@ -143,13 +154,18 @@ def test_attention_compiles_for_sm80(monkeypatch: pytest.MonkeyPatch) -> None:
     assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 80)) == 0
 
 
-@pytest.mark.parametrize("T", [1, 64])
-def test_ring_write_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch, T: int) -> None:
-    """The ring write, as the wrapper launches it, compiles for sm_90 with no spills."""
+@pytest.mark.parametrize(("T", "int8"), [(1, False), (64, False), (1, True), (64, True)])
+def test_ring_write_compiles_for_sm90(monkeypatch: pytest.MonkeyPatch, T: int, int8: bool) -> None:
+    """The ring write, as the wrapper launches it (quantizing into an int8 ring or not),
+    compiles for sm_90 with no spills."""
     recorder = record(monkeypatch, ring_write_module, "_ring_write_kernel")
     x = make_inputs(Case(B=2, T=T, D=128, L=130, dtype=torch.bfloat16))
     chunk_len = torch.tensor([T, 1])
+    scales = None
+    if int8:
+        x["ring_k"], x["ring_v"] = (torch.zeros(x["ring_k"].shape, dtype=torch.int8) for _ in range(2))
+        scales = tuple(torch.ones(*x["ring_k"].shape[:3], 1) for _ in range(2))
     names = ("ring_k", "ring_v", "slots", "head", "k_new", "v_new")
-    ring_write_module.ring_write(*(x[n] for n in names), chunk_len)
+    ring_write_module.ring_write(*(x[n] for n in names), chunk_len, scales)
     ((args, kwargs),) = recorder.launches
     assert spilled_bytes(compile_launch(recorder.kernel, args, kwargs, 90)) == 0

@@ -124,7 +124,8 @@ def two_layer_llama(init_std: float) -> LlamaForCausalLM:
 
 
 def engine_scores(init_std: float) -> dict[str, torch.Tensor]:
-    """Token NLLs of 3 streams x 12 lines (the 40-slot rings wrap): CPU fp32, CUDA fp32, CUDA bf16.
+    """Token NLLs of 3 streams x 12 lines (the 40-slot rings wrap): CPU fp32, CUDA fp32, CUDA bf16,
+    and CPU and CUDA fp32 with an int8 ring.
 
     The CPU run takes the torch reference, the CUDA runs the Triton kernels. A larger
     init_std gives peaked next-token distributions, so the NLLs are not all near log(V).
@@ -136,10 +137,12 @@ def engine_scores(init_std: float) -> dict[str, torch.Tensor]:
     }
     scores = {}
     for name, device, dtype in (("cpu", "cpu", torch.float32), ("cuda", "cuda", torch.float32),
-                                ("cuda-bf16", "cuda", torch.bfloat16)):  # fmt: skip
+                                ("cuda-bf16", "cuda", torch.bfloat16), ("cpu-int8", "cpu", torch.float32),
+                                ("cuda-int8", "cuda", torch.float32)):  # fmt: skip
         engine = StreamingEngine(
-            model, [1, 2, 3, 4], window=40, max_streams=3, chunk_tokens=16, device=device, dtype=dtype
-        )
+            model, [1, 2, 3, 4], window=40, max_streams=3, chunk_tokens=16, device=device, dtype=dtype,
+            int8_ring=name.endswith("int8"),
+        )  # fmt: skip
         out = engine.score(lines)  # 108 tokens per stream: the 40-slot ring wraps
         scores[name] = torch.stack([torch.from_numpy(x) for s in lines for x in out[s]]).float()  # [36, 9]
     return scores
@@ -149,6 +152,13 @@ def test_engine_on_gpu_scores_like_cpu_reference() -> None:
     """StreamingEngine on CUDA (Triton kernels) gives the CPU reference's token NLLs to 1e-3."""
     scores = engine_scores(init_std=0.02)
     torch.testing.assert_close(scores["cuda"], scores["cpu"], rtol=1e-3, atol=1e-4)
+
+
+def test_engine_int8_ring_on_gpu_scores_like_cpu_int8() -> None:
+    """An int8 ring on CUDA (quantized by the ring write kernel, dequantized in the attention
+    kernel) gives the CPU int8 engine's token NLLs to 1e-3."""
+    scores = engine_scores(init_std=0.1)
+    torch.testing.assert_close(scores["cuda-int8"], scores["cpu-int8"], rtol=1e-3, atol=1e-3)
 
 
 def test_engine_bf16_on_gpu_within_stated_tolerance() -> None:

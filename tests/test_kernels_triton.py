@@ -11,13 +11,17 @@ of two, split-K, strided inputs and the three dtypes.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from kernels_support import Case, Interpreter, make_inputs
+from transformers import LlamaConfig, LlamaForCausalLM
 
+from logstream.engine import StreamingEngine
 from logstream.kernels import reference
-from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, FORCE_TRITON_ENV, backend_for
+from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, FORCE_TRITON_ENV, backend_for, ring_write
 
 ATTENTION = "logstream.kernels.sink_ring_attention:sink_ring_attention"
 # fp32 matches to rounding. bf16: the interpreter truncates fp32 -> bf16 (a GPU rounds to
@@ -105,12 +109,12 @@ def test_random_shapes_match_reference(interpreter: Interpreter, seed: int) -> N
     check_attention(interpreter, make_inputs(c), c.dtype)
 
 
-def ring_write_returning(**inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Worker side: the dispatch's ring write, returning the rings it wrote."""
+def ring_write_returning(**inputs: Any) -> tuple[torch.Tensor, ...]:
+    """Worker side: the dispatch's ring write, returning the rings (and int8 scales) it wrote."""
     from logstream.kernels.dispatch import ring_write
 
     ring_write(**inputs)
-    return inputs["ring_k"], inputs["ring_v"]
+    return inputs["ring_k"], inputs["ring_v"], *(inputs.get("scales") or ())
 
 
 @pytest.mark.parametrize(
@@ -128,6 +132,105 @@ def test_ring_write_matches_reference(interpreter: Interpreter, dtype: torch.dty
     reference.ring_write(want_k, want_v, x["slots"], x["head"], x["k_new"], x["v_new"], chunk_len)
     got_k, got_v = interpreter.call("test_kernels_triton:ring_write_returning", **args, chunk_len=chunk_len)
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+def int8_ring(inputs: dict) -> tuple[dict, tuple[torch.Tensor, torch.Tensor]]:
+    """The case with its rings quantized (int8 K/V) and their scales [N, Hkv, L, 1]."""
+    (k8, k_scale), (v8, v_scale) = (
+        reference.quantize_int8(inputs["ring_k"]),
+        reference.quantize_int8(inputs["ring_v"]),
+    )
+    return {**inputs, "ring_k": k8, "ring_v": v8}, (k_scale, v_scale)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "T", "splits"), [(torch.float32, 5, 1), (torch.float32, 1, 2), (torch.bfloat16, 3, 1)]
+)
+def test_int8_ring_reads_as_its_dequantized_values(
+    interpreter: Interpreter, dtype: torch.dtype, T: int, splits: int
+) -> None:
+    """An int8 ring with its scales attends as the reference over the dequantized ring
+    (`reference.dequantize_int8`): full, partial, empty and wrapped rings, decode with split-K."""
+    c = Case(B=4, H=4, Hkv=2, T=T, D=32, dtype=dtype, seed=20 + T)
+    inputs = make_inputs(c, fill=[c.L, 9, 0, c.L], head=[4, 9, 0, c.L - 1])
+    quantized, scales = int8_ring(inputs)
+    dequantized = [
+        reference.dequantize_int8(quantized[k], s, dtype)
+        for k, s in zip(("ring_k", "ring_v"), scales, strict=True)
+    ]
+    want_out, want_lse = reference.sink_ring_attention(
+        **{**inputs, "ring_k": dequantized[0], "ring_v": dequantized[1]}
+    )
+    got_out, got_lse = interpreter.call(ATTENTION, **quantized, ring_scales=scales, num_splits=splits)
+    tol = TOLERANCE[dtype]
+    assert got_out.dtype == dtype
+    torch.testing.assert_close(got_out, want_out, atol=tol, rtol=tol)
+    torch.testing.assert_close(got_lse, want_lse, atol=tol, rtol=tol)
+
+
+def test_int8_ring_write_quantizes_as_the_reference(interpreter: Interpreter) -> None:
+    """Into an int8 ring the kernel writes the reference's int8 values and scales, bit for bit,
+    ties rounded to even (one token's values are its scale times k + 0.5); nothing else changes."""
+    c = Case(B=4, T=7, L=13, seed=8)
+    x = make_inputs(c, head=[11, 0, 5, 12])
+    k_new = x["k_new"].clone()
+    k_new[0, 0, 0] = torch.tensor(
+        [127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 63.5, -63.5] + [0.0] * 7
+    )  # scale 1
+    N, L, D = x["ring_k"].shape[0], c.L, c.D
+    rings = [torch.zeros(N, c.Hkv, L, D, dtype=torch.int8) for _ in range(2)]
+    scales = [torch.ones(N, c.Hkv, L, 1) for _ in range(2)]
+    chunk_len = torch.tensor([7, 0, 3, 7])
+    want = [t.clone() for t in (*rings, *scales)]
+    args = {
+        "slots": x["slots"],
+        "head": x["head"],
+        "k_new": k_new,
+        "v_new": x["v_new"],
+        "chunk_len": chunk_len,
+    }
+    ring_write(*want[:2], **args, scales=tuple(want[2:]))  # this process: the reference (CPU)
+    got = interpreter.call(
+        "test_kernels_triton:ring_write_returning",
+        ring_k=rings[0],
+        ring_v=rings[1],
+        **args,
+        scales=tuple(scales),
+    )
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    slot = int(x["slots"][0])
+    assert got[0][slot, 0, 11].tolist()[:9] == [127, 0, 2, 2, 0, -2, -2, 64, -64]
+
+
+def int8_engine_scores() -> list[np.ndarray]:
+    """Token NLLs of an engine with an int8 ring: 3 streams x 6 lines, the 13-slot rings wrap."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
+    )  # fmt: skip
+    engine = StreamingEngine(
+        LlamaForCausalLM(config), [1, 7, 11], window=13, max_streams=3, chunk_tokens=5, device="cpu",
+        int8_ring=True,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    lines = {
+        f"s{i}": [torch.randint(3, 97, (n,), generator=gen).tolist() for n in (4, 9, 1, 6, 3, 8)]
+        for i in range(3)
+    }
+    out = engine.score(lines)
+    return [line for s in lines for line in out[s]]
+
+
+def test_engine_int8_ring_through_the_kernels_scores_as_on_cpu(interpreter: Interpreter) -> None:
+    """The int8 engine through the Triton kernels (quantizing ring write, dequantizing attention)
+    gives the CPU int8 engine's token NLLs."""
+    got = interpreter.call("test_kernels_triton:int8_engine_scores")
+    want = int8_engine_scores()
+    assert len(got) == len(want) == 18
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
 def test_dispatch_follows_device_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:

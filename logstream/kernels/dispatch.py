@@ -39,14 +39,21 @@ def ring_write(
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     chunk_len: torch.Tensor,
+    scales: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
-    """Scatter the chunk's K/V into ring slots (head + i) mod L, in place (reference.py)."""
+    """Scatter the chunk's K/V into ring slots (head + i) mod L, in place (reference.py).
+    `scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8, each token quantized
+    (`reference.quantize_int8`) and its scales written at the same slots."""
     if backend_for(ring_k) == "triton":  # flash_cpu has no ring write of its own: the reference's
         from logstream.kernels import ring_write as kernel
 
-        kernel.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len)
-    else:
+        kernel.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len, scales)
+    elif scales is None:
         reference.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len)
+    else:
+        (k8, k_scale), (v8, v_scale) = reference.quantize_int8(k_new), reference.quantize_int8(v_new)
+        reference.ring_write(ring_k, ring_v, slots, head, k8, v8, chunk_len)
+        reference.ring_write(*scales, slots, head, k_scale, v_scale, chunk_len)
 
 
 def sink_ring_attention(
@@ -65,6 +72,7 @@ def sink_ring_attention(
     ring_len: int | None = None,
     bias: torch.Tensor | None = None,
     block: int | None = None,
+    ring_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention over sinks + ring + chunk: (out [B, H, T, D], lse [B, H, T] fp32).
 
@@ -72,14 +80,20 @@ def sink_ring_attention(
     and its window mask, computed once per step for all layers); the Triton kernel reads each
     stream's filled slots anyway, and the reference all L. `block`: flash_cpu only, which
     alone takes chunks longer than the ring (T > L), in blocks of that many queries.
+    `ring_scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8. The Triton kernel dequantizes
+    it as it reads; the others first dequantize the batch's rings (`reference.dequantize_int8`).
     """
-    args = (q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin)
     backend = backend_for(q)
     assert backend == "flash_cpu" or block is None or q.shape[2] <= block, f"{backend}: one block a step"
+    if ring_scales is not None and backend != "triton":  # [B, Hkv, L, D] each, at slots 0..B-1
+        ring_k = reference.dequantize_int8(ring_k[slots], ring_scales[0][slots], q.dtype)
+        ring_v = reference.dequantize_int8(ring_v[slots], ring_scales[1][slots], q.dtype)
+        slots = torch.arange(len(slots), device=slots.device)
+    args = (q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin)
     if backend == "triton":
         from logstream.kernels import sink_ring_attention as kernel
 
-        return kernel.sink_ring_attention(*args)
+        return kernel.sink_ring_attention(*args, ring_scales=ring_scales)
     if backend == "flash_cpu":
         return flash_cpu.sink_ring_attention(*args, ring_len=ring_len, bias=bias, block=block)
     return reference.sink_ring_attention(*args)

@@ -48,6 +48,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
 
+def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., D] -> (int8 [..., D], fp32 scale [..., 1]) with x ~ int8 x scale, scale = max|x| / 127."""
+    scale = x.float().abs().amax(-1, keepdim=True).clamp_min(1e-8) / 127.0
+    return torch.round(x.float() / scale).to(torch.int8), scale
+
+
+def dequantize_int8(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The values an int8 ring holds: x [..., D] int8 times scale [..., 1] fp32, in `dtype`."""
+    return (x * scale).to(dtype)
+
+
 def ring_age(head: torch.Tensor, L: int) -> torch.Tensor:
     """Age of each ring slot at the start of a chunk: [B, L], 1 = newest."""
     slot = torch.arange(L, device=head.device)

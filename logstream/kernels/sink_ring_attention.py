@@ -16,6 +16,10 @@ positions (reference.py): window keys and queries at the chunk-relative index
 key is rotated once per program, as two halves, so the score is two dots of
 depth D/2 (one dot over both halves when D/2 < 16, the least depth of a dot).
 
+An int8 ring (`ring_scales` given: the engine's `int8_ring`) is read as int8 and
+dequantized in the kernel, each key and value times its (token, kv head) scale, as
+`reference.dequantize_int8` defines it: half the bytes of a bf16 ring for the same keys.
+
 Split-K (flash-decoding): when B x Hkv programs cannot fill the GPU, the
 filled ring is cut into `num_splits` ranges, each program writes a partial
 (out, lse) in fp32 and a second small kernel merges them. Split 0 also takes
@@ -62,24 +66,27 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
 
 @triton.jit
 def _attend_block(
-    acc, m_i, l_i, q1, q2, K, V, COS, SIN, key_off, pos_k, visible, valid_k,
+    acc, m_i, l_i, q1, q2, K, V, K_SCALE, V_SCALE, COS, SIN, key_off, scale_off, pos_k, visible, valid_k,
     s_kd, stride_p, qk_scale,
-    HALF: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+    HALF: tl.constexpr, SCALED: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax step over a block of keys.
 
     key_off [N]: element offsets of the keys (pool/sink/chunk layout folded in);
     pos_k [N]: their RoPE positions; visible [M, N]: which rows see which keys.
+    SCALED: K and V are int8, each key's value times K_SCALE / V_SCALE at scale_off [N].
     acc [M, 2 * HALF], m_i and l_i [M] are carried in fp32, m_i in log2 units.
     """
     h = tl.arange(0, HALF)
     kmask = valid_k[:, None]
     k_ptr = K + key_off[:, None] + h[None, :] * s_kd  # [N, HALF]
-    k1, k2 = _rope_halves(
-        tl.load(k_ptr, mask=kmask, other=0.0),
-        tl.load(k_ptr + HALF * s_kd, mask=kmask, other=0.0),
-        COS, SIN, pos_k, h, stride_p, kmask,
-    )  # fmt: skip
+    k1 = tl.load(k_ptr, mask=kmask, other=0.0)
+    k2 = tl.load(k_ptr + HALF * s_kd, mask=kmask, other=0.0)
+    if SCALED:
+        k_scale = tl.load(K_SCALE + scale_off, mask=valid_k, other=0.0)[:, None]  # [N, 1] fp32
+        k1 = k1.to(tl.float32) * k_scale
+        k2 = k2.to(tl.float32) * k_scale
+    k1, k2 = _rope_halves(k1, k2, COS, SIN, pos_k, h, stride_p, kmask)
     dt = q1.dtype
     if HALF >= 16:
         qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
@@ -94,22 +101,26 @@ def _attend_block(
     alpha = tl.math.exp2(m_i - m_new)
     d = tl.arange(0, 2 * HALF)
     v = tl.load(V + key_off[:, None] + d[None, :] * s_kd, mask=kmask, other=0.0)  # [N, D]
+    if SCALED:
+        v = (v.to(tl.float32) * tl.load(V_SCALE + scale_off, mask=valid_k, other=0.0)[:, None]).to(dt)
     acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION, DOT_F32)
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
 
 @triton.jit
 def _sink_ring_attention_kernel(
-    Q, K_NEW, V_NEW, SINK_K, SINK_V, RING_K, RING_V, SLOTS, HEAD, FILL, COS, SIN, OUT, LSE,
+    Q, K_NEW, V_NEW, SINK_K, SINK_V, RING_K, RING_V, K_SCALE, V_SCALE, SLOTS, HEAD, FILL, COS, SIN,
+    OUT, LSE,
     s_qb, s_qh, s_qt, s_qd,  # q [B, H, T, D]
     s_nb, s_nh, s_nt, s_nd,  # k_new/v_new [B, Hkv, T, D]
     s_sh, s_ss, s_sd,  # sink_k/sink_v [Hkv, S, D]
     s_rn, s_rh, s_rl, s_rd,  # ring_k/ring_v [N, Hkv, L, D]
+    s_cn, s_ch, s_cl,  # int8 ring's scales [N, Hkv, L, 1]
     s_os, s_ob, s_oh, s_ot,  # out [splits, B, H, T, D] (last dim contiguous)
     s_ls, s_lb, s_lh,  # lse [splits, B, H, T] (last dim contiguous)
     stride_p,  # cos/sin [P, D] row stride (last dim contiguous)
     T, S, L, Hkv, qk_scale,
-    G: tl.constexpr, HALF: tl.constexpr, SPLITS: tl.constexpr,
+    G: tl.constexpr, HALF: tl.constexpr, SPLITS: tl.constexpr, RING_INT8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0) // Hkv
@@ -150,9 +161,9 @@ def _sink_ring_attention_kernel(
         s = s0 + n
         ok = s < S
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qs1, qs2, SINK_K + sink_base, SINK_V + sink_base, COS, SIN,
-            s * s_ss, s, row_ok[:, None] & ok[None, :], ok, s_sd, stride_p, qk_scale,
-            HALF, PRECISION, DOT_F32,
+            acc, m_i, l_i, qs1, qs2, SINK_K + sink_base, SINK_V + sink_base, K_SCALE, V_SCALE, COS, SIN,
+            s * s_ss, s, s, row_ok[:, None] & ok[None, :], ok, s_sd, stride_p, qk_scale,
+            HALF, False, PRECISION, DOT_F32,
         )  # fmt: skip
 
     # Ring: the j-th oldest filled entry (j < fill) has age fill - j, slot (head - age) mod L,
@@ -161,15 +172,17 @@ def _sink_ring_attention_kernel(
     j_lo = split * per_split
     j_hi = tl.minimum(j_lo + per_split, fill)
     ring_base = slot * s_rn + kvh * s_rh
+    scale_base = slot * s_cn + kvh * s_ch
     for j0 in range(j_lo, j_hi, BLOCK_N):
         j = j0 + n
         ok = j < j_hi
         age = fill - j
         ring_slot = (head - age + L) % L
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qw1, qw2, RING_K + ring_base, RING_V + ring_base, COS, SIN,
-            ring_slot * s_rl, L - age, (t[:, None] + age[None, :] <= L - 1) & ok[None, :], ok,
-            s_rd, stride_p, qk_scale, HALF, PRECISION, DOT_F32,
+            acc, m_i, l_i, qw1, qw2, RING_K + ring_base, RING_V + ring_base,
+            K_SCALE + scale_base, V_SCALE + scale_base, COS, SIN, ring_slot * s_rl, ring_slot * s_cl,
+            L - age, (t[:, None] + age[None, :] <= L - 1) & ok[None, :], ok,
+            s_rd, stride_p, qk_scale, HALF, RING_INT8, PRECISION, DOT_F32,
         )  # fmt: skip
 
     # Chunk (last split): key j at L + j, causal; this block's rows need keys j <= t_max.
@@ -180,9 +193,9 @@ def _sink_ring_attention_kernel(
         j = c0 + n
         ok = j < T
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qw1, qw2, K_NEW + chunk_base, V_NEW + chunk_base, COS, SIN,
-            j * s_nt, L + j, (j[None, :] <= t[:, None]) & ok[None, :], ok,
-            s_nd, stride_p, qk_scale, HALF, PRECISION, DOT_F32,
+            acc, m_i, l_i, qw1, qw2, K_NEW + chunk_base, V_NEW + chunk_base, K_SCALE, V_SCALE, COS, SIN,
+            j * s_nt, j, L + j, (j[None, :] <= t[:, None]) & ok[None, :], ok,
+            s_nd, stride_p, qk_scale, HALF, False, PRECISION, DOT_F32,
         )  # fmt: skip
 
     # A split that saw no key (l = 0) leaves out = 0 and lse = -inf for the merge.
@@ -266,6 +279,7 @@ def sink_ring_attention(
     cos: torch.Tensor,
     sin: torch.Tensor,
     *,
+    ring_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
     num_splits: int | None = None,
     launch: tuple[int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,6 +289,8 @@ def sink_ring_attention(
     ring_k/ring_v [N, Hkv, L, D] (any strides; ring_k/ring_v share one layout),
     slots/head/fill [B] int64, cos/sin [P, D] fp32 with P >= max(S + L, L + T)
     in the HF layout of `reference.rope_tables` (both halves of a row equal).
+    `ring_scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8, key i of it
+    ring_k[..., i, :] x k_scale[..., i, :] (`reference.dequantize_int8`).
     `num_splits` overrides the split-K heuristic (1 on CPU), `launch` the (key block,
     warps, stages) of `_launch_config` (for tuning). No host sync: the
     call can be captured in a CUDA graph. Returns (out [B, H, T, D] in q's
@@ -292,8 +308,18 @@ def sink_ring_attention(
     assert sink_k.stride() == sink_v.stride(), "sink_k and sink_v must share a layout"
     assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
     assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
-    tensors = (k_new, v_new, sink_k, sink_v, ring_k, ring_v)
-    assert all(x.dtype == dtype for x in tensors), "q, K/V, sinks and ring share one dtype"
+    if ring_scales is None:
+        assert ring_k.dtype == ring_v.dtype == dtype, "q, K/V, sinks and ring share one dtype"
+        k_scale = v_scale = ring_k  # never read, but a launch needs a real pointer
+        scale_strides = (0, 0, 0)
+    else:
+        k_scale, v_scale = ring_scales
+        assert ring_k.dtype == ring_v.dtype == torch.int8, "ring_scales come with an int8 ring"
+        assert k_scale.shape == v_scale.shape == (N, Hkv, L, 1), "ring scales must be [N, Hkv, L, 1]"
+        assert k_scale.dtype == v_scale.dtype == torch.float32, "ring scales: fp32"
+        assert k_scale.stride() == v_scale.stride(), "k and v scales must share a layout"
+        scale_strides = k_scale.stride()[:3]
+    assert all(x.dtype == dtype for x in (k_new, v_new, sink_k, sink_v)), "q, K/V and sinks share one dtype"
     assert slots.shape == head.shape == fill.shape == (B,), "slots/head/fill must be [B]"
     assert slots.dtype == head.dtype == fill.dtype == torch.int64, "slots/head/fill: int64"
     assert D >= 16 and D & (D - 1) == 0, f"head_dim {D} must be a power of two >= 16"
@@ -328,12 +354,12 @@ def sink_ring_attention(
         part_lse = torch.empty(splits, B, H, T, device=q.device, dtype=torch.float32)
     grid = (B * Hkv, triton.cdiv(T * G, block_m), splits)
     _sink_ring_attention_kernel[grid](
-        q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin,
+        q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, k_scale, v_scale, slots, head, fill, cos, sin,
         part_out, part_lse,
-        *q.stride(), *k_new.stride(), *sink_strides, *ring_k.stride(),
+        *q.stride(), *k_new.stride(), *sink_strides, *ring_k.stride(), *scale_strides,
         *part_out.stride()[:4], *part_lse.stride()[:3], cos.stride(0),
         T, S, L, Hkv, D**-0.5 * _LOG2E,
-        G=G, HALF=D // 2, SPLITS=splits, BLOCK_M=block_m, BLOCK_N=block_n,
+        G=G, HALF=D // 2, SPLITS=splits, RING_INT8=ring_scales is not None, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
         num_warps=num_warps, num_stages=num_stages,
         enable_fp_fusion=True,  # a * b + c as one FMA: Triton's default until 3.10 turns it off
