@@ -331,9 +331,9 @@ class Detector:
             )
             self.following.record(at, score if alerting else None)
             if self.online is not None:  # by score: feedback must not move the tail fit
-                self.online.observe(evidence.raw, over)
+                self.online.observe(evidence.raw, over, 10**-threshold)
             if self.online_capped is not None and evidence.capped_raw is not None:
-                self.online_capped.observe(evidence.capped_raw, over)
+                self.online_capped.observe(evidence.capped_raw, over, 10**-threshold)
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:

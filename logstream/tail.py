@@ -221,6 +221,7 @@ def fit_tail(
     max_outlier_share: float = MAX_OUTLIER_SHARE,
     xi_max: float = XI_MAX,
     events: Sequence[Hashable | None] | None = None,
+    censored: int = 0,
 ) -> TailFit:
     """Fit the tail of held-out normal scores; raises ValueError with too few of them.
     At most `max_outlier_share` of the sample is ever dropped as incidents (stage 1).
@@ -228,7 +229,8 @@ def fit_tail(
     `events`: per score, the event it belongs to (a line's template; None: a line of its
     own). An event with two or more scores, all far out, is a burst: one incident, capped at
     MAX_BURST_SHARE of the sample, where as many far-out lines of as many templates, or of a
-    template whose other lines are normal, are rare normal ones."""
+    template whose other lines are normal, are rare normal ones. `censored`: how many more
+    scores lie above every one given and were left out (an online refit's flagged lines)."""
     x = np.asarray(scores, dtype=float)
     order = np.argsort(x, kind="stable")
     order = order[np.isfinite(x[order])]
@@ -264,7 +266,7 @@ def fit_tail(
         plausible = again
     normal = x[: n - n_peaks + n_kept]  # excess is sorted: the outliers are the top peaks
     peak_share = n_kept / len(normal)
-    sigma = _anchor_at_maximum(sigma, xi, float(excess[n_kept - 1]), peak_share, len(normal))
+    sigma = _anchor_at_maximum(sigma, xi, float(excess[n_kept - 1]), peak_share, len(normal), censored)
     body = np.quantile(normal, 1.0 - _body_survival(peak_share))
     return TailFit(
         u=u, peak_share=peak_share, sigma=sigma, xi=xi, body=tuple(map(float, body)), samples=n,
@@ -295,17 +297,23 @@ def far_out_peaks(excess: np.ndarray, floor: float) -> tuple[int, float]:
     return n_far, float(scale[p - n_far - 1])
 
 
-def _anchor_at_maximum(sigma: float, xi: float, top_excess: float, peak_share: float, n: int) -> float:
+def _anchor_at_maximum(
+    sigma: float, xi: float, top_excess: float, peak_share: float, n: int, censored: int = 0
+) -> float:
     """Keep the fit honest about its own largest sample, whose survival is about 1/(n+1).
 
     With a few hundred bimodal samples (many plain lines, a hump of rare ones) the moments
     can put several percent of the mass beyond the largest sample and so a 1e-3 threshold
     far past anything seen. When the fit claims more than ANCHOR_SLACK times 1/(n+1) there,
     sigma is rescaled (xi kept) so that the largest sample sits at 1/(n+1).
+    With `censored` scores known to lie above it (an online refit's flagged lines, left out
+    of its sample) the largest sample's survival is (1 + censored) / (n + censored + 1):
+    anchored at 1/(n+1), a refit's sample, cut at the threshold, pulled the threshold down
+    to that cut, refit after refit (docs/quality.md, stop 39).
     """
     if top_excess <= 0:
         return sigma
-    target = 1 / (n + 1) / peak_share  # survival within the peaks
+    target = (1 + censored) / (n + censored + 1) / peak_share  # survival within the peaks
     fitted = math.exp(gpd_log_sf_one(top_excess, sigma, xi))
     if fitted <= ANCHOR_SLACK * target or target >= 1:
         return sigma
@@ -328,6 +336,9 @@ class OnlineTail:
     takes effect from the next line on, however the lines were batched (replay and serve
     batch differently); every `refit_every` unflagged scores the tail is fitted again.
     Flagged scores are never added, so an incident cannot teach the threshold to accept it.
+    But the recent sample is cut at the threshold, so some flagged lines count as scores
+    above every kept one (`fit_tail(censored=...)`): as many as the flagging rate (`observe`'s
+    `rate`) expects of normal lines over the recent span, at most; the others are incidents.
     Refits take the calibration's shape as the heaviest allowed (`fit_tail(xi_max=...)`).
     """
 
@@ -336,14 +347,26 @@ class OnlineTail:
         self._xi_max = fit.xi
         self._reference = list(reference)
         self._recent: deque[float] = deque(maxlen=max(len(reference), 1000))
+        # per recent score, the flagged lines just before it: those within the recent span
+        self._flagged_before: deque[int] = deque(maxlen=self._recent.maxlen)
+        self._flagged_since = 0  # flagged lines since the last recent score
         self._refit_every = refit_every
         self._since_refit = 0
 
-    def observe(self, raw: float, flagged: bool) -> None:
-        if self._refit_every <= 0 or not self._reference or flagged or not math.isfinite(raw):
+    def observe(self, raw: float, flagged: bool, rate: float = 0.0) -> None:
+        """One line's raw score; `flagged` if it alerted, at `rate`, the share of normal lines
+        the threshold flags (10 ** -threshold)."""
+        if self._refit_every <= 0 or not self._reference or not math.isfinite(raw):
+            return
+        if flagged:
+            self._flagged_since += 1
             return
         self._recent.append(raw)
+        self._flagged_before.append(self._flagged_since)
+        self._flagged_since = 0
         self._since_refit += 1
         if self._since_refit >= self._refit_every:
-            self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max)
+            flagged = sum(self._flagged_before)
+            censored = min(flagged, round(rate * (len(self._recent) + flagged)))
+            self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max, censored=censored)
             self._since_refit = 0
