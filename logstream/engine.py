@@ -457,8 +457,9 @@ class StreamingEngine:
         while (active := np.flatnonzero(done < lengths)).size:
             n = self.chunk_tokens * self._chunks_per_stream(active.size)
             chunk_len = np.minimum(lengths[active] - done[active], n)  # [B]
-            index = (starts[active] + done[active])[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
-            real = index < (starts[active] + done[active] + chunk_len)[:, None]
+            first = starts[active] + done[active]  # [B] each chunk's first token in `flat`
+            index = first[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
+            real = index < (first + chunk_len)[:, None]  # [B, T]: the chunk's own tokens, not padding
             tokens = np.where(real, flat[np.minimum(index, flat.size - 1)], 0)
             steps.append((index[real], real, self._step(slots_of[active], tokens, chunk_len)))
             done[active] += chunk_len
