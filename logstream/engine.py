@@ -255,23 +255,10 @@ class StreamingEngine:
             q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
             rings = (self.ring_k[i], self.ring_v[i])  # [N, Hkv, L, D]
             scales = None if self.ring_scales is None else (self.ring_scales[0][i], self.ring_scales[1][i])
+            sinks = (self.sink_k[i], self.sink_v[i])  # [Hkv, S, D]
             out, _ = sink_ring_attention(
-                q,
-                k,
-                v,
-                self.sink_k[i],
-                self.sink_v[i],
-                *rings,
-                slots,
-                head,
-                fill,
-                self.cos,
-                self.sin,
-                ring_len,
-                bias,
-                P,
-                scales,
-            )  # [B, H, T, D]; sinks [Hkv, S, D]
+                q, k, v, *sinks, *rings, slots, head, fill, self.cos, self.sin, ring_len, bias, P, scales
+            )  # [B, H, T, D]
             written_head, written_len = head, chunk_len
             if self.window < T:  # several blocks: only the last L tokens stay in the ring
                 k, v, written_head, written_len = self._ring_tail(k, v, head, chunk_len)

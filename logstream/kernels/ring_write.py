@@ -68,6 +68,20 @@ def _ring_write_kernel(
     tl.store(RING_V + dst, v, mask=mask)
 
 
+def scale_args(
+    ring_k: torch.Tensor, scales: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """(k_scale, v_scale, their strides [N, Hkv, L]) as a kernel launch takes an int8 ring's scales;
+    without an int8 ring, ring_k stands in (a launch needs real pointers; none is touched)."""
+    if scales is None:
+        return ring_k, ring_k, (0, 0, 0)
+    k_scale, v_scale = scales
+    assert k_scale.shape == v_scale.shape == (*ring_k.shape[:3], 1), "ring scales must be [N, Hkv, L, 1]"
+    assert k_scale.dtype == v_scale.dtype == torch.float32, "ring scales: fp32"
+    assert k_scale.stride() == v_scale.stride(), "k and v scales must share a layout"
+    return k_scale, v_scale, k_scale.stride()[:3]
+
+
 def ring_write(
     ring_k: torch.Tensor,
     ring_v: torch.Tensor,
@@ -93,15 +107,7 @@ def ring_write(
     assert v_new.shape == k_new.shape and v_new.stride() == k_new.stride(), "k_new/v_new differ"
     assert ring_k.dtype == ring_v.dtype == (k_new.dtype if scales is None else torch.int8), "ring dtype"
     assert k_new.dtype == v_new.dtype, "one dtype for k_new and v_new"
-    if scales is None:
-        k_scale = v_scale = ring_k  # never written, but a launch needs a real pointer
-        scale_strides = (0, 0, 0)
-    else:
-        k_scale, v_scale = scales
-        assert k_scale.shape == v_scale.shape == (N, Hkv, L, 1), "ring scales must be [N, Hkv, L, 1]"
-        assert k_scale.dtype == v_scale.dtype == torch.float32, "ring scales: fp32"
-        assert k_scale.stride() == v_scale.stride(), "k and v scales must share a layout"
-        scale_strides = k_scale.stride()[:3]
+    k_scale, v_scale, scale_strides = scale_args(ring_k, scales)
     assert slots.shape == head.shape == chunk_len.shape == (B,), "slots/head/chunk_len must be [B]"
     assert slots.dtype == head.dtype == chunk_len.dtype == torch.int64, "int64 slots/head/len"
     assert D & (D - 1) == 0, f"head_dim {D} must be a power of two"

@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from logstream.kernels.ring_write import scale_args
+
 _LOG2E = 1.4426950408889634
 
 
@@ -308,17 +310,11 @@ def sink_ring_attention(
     assert sink_k.stride() == sink_v.stride(), "sink_k and sink_v must share a layout"
     assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
     assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
-    if ring_scales is None:
-        assert ring_k.dtype == ring_v.dtype == dtype, "q, K/V, sinks and ring share one dtype"
-        k_scale = v_scale = ring_k  # never read, but a launch needs a real pointer
-        scale_strides = (0, 0, 0)
-    else:
-        k_scale, v_scale = ring_scales
-        assert ring_k.dtype == ring_v.dtype == torch.int8, "ring_scales come with an int8 ring"
-        assert k_scale.shape == v_scale.shape == (N, Hkv, L, 1), "ring scales must be [N, Hkv, L, 1]"
-        assert k_scale.dtype == v_scale.dtype == torch.float32, "ring scales: fp32"
-        assert k_scale.stride() == v_scale.stride(), "k and v scales must share a layout"
-        scale_strides = k_scale.stride()[:3]
+    ring_dtype = dtype if ring_scales is None else torch.int8
+    assert ring_k.dtype == ring_v.dtype == ring_dtype, (
+        f"the ring must be {ring_dtype} (int8 with ring_scales)"
+    )
+    k_scale, v_scale, scale_strides = scale_args(ring_k, ring_scales)
     assert all(x.dtype == dtype for x in (k_new, v_new, sink_k, sink_v)), "q, K/V and sinks share one dtype"
     assert slots.shape == head.shape == fill.shape == (B,), "slots/head/fill must be [B]"
     assert slots.dtype == head.dtype == fill.dtype == torch.int64, "slots/head/fill: int64"
