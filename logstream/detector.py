@@ -273,6 +273,7 @@ class Detector:
         masked, token_ids, surprisal = self.token_surprisal(records)
         self.peak_cache_bytes = max(self.peak_cache_bytes, self.engine.cache_bytes)
         threshold = self.threshold
+        rate = 10**-threshold  # the share of normal lines it flags: what the online tails expect
         if self.feedback is not None:
             self.feedback.refresh()  # at most every refresh_seconds: another replica's verdicts
         out = []
@@ -331,9 +332,9 @@ class Detector:
             )
             self.following.record(at, score if alerting else None)
             if self.online is not None:  # by score: feedback must not move the tail fit
-                self.online.observe(evidence.raw, over, 10**-threshold)
+                self.online.observe(evidence.raw, over, rate)
             if self.online_capped is not None and evidence.capped_raw is not None:
-                self.online_capped.observe(evidence.capped_raw, over, 10**-threshold)
+                self.online_capped.observe(evidence.capped_raw, over, rate)
         return out
 
     def _explain(self, record: LogRecord, masked: str, token_nll: np.ndarray, novel: bool) -> Explanation:
