@@ -97,17 +97,18 @@ class Counted:
         self.base = engine_flops_per_token(config, S, 0)  # FLOPs per token at W = 0
         self.per_key = engine_flops_per_token(config, S, 1) - self.base  # + this per window key
 
-    def __call__(self, tokens: torch.Tensor, previous: torch.Tensor, slots: torch.Tensor, head: torch.Tensor,
-                 fill: torch.Tensor, chunk_len: torch.Tensor, ring_len: int, fill_all: bool = False) -> Any:  # fmt: skip
+    def __call__(self, tokens: torch.Tensor, previous: torch.Tensor, slots: torch.Tensor, position: torch.Tensor,
+                 chunk_len: torch.Tensor, ring_len: int, fill_all: bool = False) -> Any:  # fmt: skip
         B, T = tokens.shape
         L = self.engine.window
+        fill = position.clamp(max=L)
         window = torch.clamp(fill[:, None] + torch.arange(T)[None] + 1, max=L)  # [B, T]: each token's W
         real = torch.arange(T)[None] < chunk_len[:, None]  # [B, T]
         self.flops += float(real.sum()) * self.base + float(window[real].sum()) * self.per_key
         self.bytes += engine_bytes_per_step(
             self.engine.model.config, B, ring_len, self.engine.ring_k.element_size()
         )
-        return self.step(tokens, previous, slots, head, fill, chunk_len, ring_len, fill_all)
+        return self.step(tokens, previous, slots, position, chunk_len, ring_len, fill_all)
 
 
 class Timed:

@@ -430,21 +430,20 @@ def run_correct(report: Report, plan: Plan, budget: Budget) -> None:
 def cache_inputs(
     B: int, D: int, H: int, Hkv: int, plan: Plan, dtype: torch.dtype, T: int = 1
 ) -> dict[str, torch.Tensor]:
-    """Full rings for B streams (pool of B slots), T new tokens each, random heads."""
+    """Full rings for B streams (pool of B slots), T new tokens each, random heads. Keys and
+    queries stand for rotated ones: the kernel applies no RoPE, so any values do."""
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2, device=DEVICE).float() / D))
-    cos, sin = reference.rope_tables(inv_freq, plan.S + 2 * plan.L)
     return {
-        "q": randn(B, H, T, D), "k_new": randn(B, Hkv, T, D), "v_new": randn(B, Hkv, T, D),
+        "q_win": randn(B, H, T, D), "q_sink": randn(B, H, T, D),
+        "k_new": randn(B, Hkv, T, D), "v_new": randn(B, Hkv, T, D),
         "sink_k": randn(Hkv, plan.S, D), "sink_v": randn(Hkv, plan.S, D),
         "ring_k": randn(B, Hkv, plan.L, D), "ring_v": randn(B, Hkv, plan.L, D),
         "slots": torch.randperm(B, device=DEVICE),
         "head": torch.randint(0, plan.L, (B,), device=DEVICE),
         "fill": torch.full((B,), plan.L, device=DEVICE),
-        "cos": cos, "sin": sin,
     }  # fmt: skip
 
 
@@ -510,8 +509,8 @@ def int8_kernel_row(
     quantized = {**x, "ring_k": k8, "ring_v": v8}
     scales = (k_scale, v_scale)
     dequantized = {
-        **x, "ring_k": reference.dequantize_int8(k8, k_scale, x["q"].dtype),
-        "ring_v": reference.dequantize_int8(v8, v_scale, x["q"].dtype),
+        **x, "ring_k": reference.dequantize_int8(k8, k_scale, x["q_win"].dtype),
+        "ring_v": reference.dequantize_int8(v8, v_scale, x["q_win"].dtype),
     }  # fmt: skip
     want, _ = sink_ring_attention(**dequantized)
     got, _ = sink_ring_attention(**quantized, ring_scales=scales)
@@ -527,9 +526,10 @@ def int8_kernel_row(
 
 
 def attention_bytes(B: int, D: int, H: int, Hkv: int, T: int, plan: Plan, element_size: int) -> int:
-    """Bytes the attention must move: the full rings, sinks, q, the chunk's K/V, out; lse in fp32."""
+    """Bytes the attention must move: the full rings, sinks, q_win and q_sink, the chunk's K/V, out;
+    lse in fp32. No RoPE tables: keys are stored rotated."""
     moved = element_size * (
-        2 * B * Hkv * plan.L * D + 2 * Hkv * plan.S * D + 2 * B * H * T * D + 2 * B * Hkv * T * D
+        2 * B * Hkv * plan.L * D + 2 * Hkv * plan.S * D + 3 * B * H * T * D + 2 * B * Hkv * T * D
     )
     return moved + 4 * B * H * T
 
@@ -579,11 +579,10 @@ def run_tune(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -> 
 
 @dataclass
 class StepCache:
-    """Per-stream cache position for `decode_step`, all on the device: [B] int64, previous [B, V]."""
+    """Per-stream cache state for `decode_step`, all on the device: [B] int64, previous [B, V]."""
 
     slots: torch.Tensor
-    head: torch.Tensor
-    fill: torch.Tensor
+    position: torch.Tensor  # tokens the stream has written: head = position mod L, fill = min(position, L)
     chunk_len: torch.Tensor
     previous: torch.Tensor  # log-probs that predict each stream's first token
 
@@ -596,7 +595,7 @@ def decode_step(engine: StreamingEngine, tokens: torch.Tensor, cache: StepCache)
     that step plus host bookkeeping, and `step_matches_engine` checks the two agree.
     """
     c = cache
-    nll, _ = engine.device_step(tokens, c.previous, c.slots, c.head, c.fill, c.chunk_len, engine.window - 1)
+    nll, _ = engine.device_step(tokens, c.previous, c.slots, c.position, c.chunk_len, engine.window - 1)
     return nll
 
 
@@ -613,8 +612,7 @@ def step_matches_engine(model: torch.nn.Module, plan: Plan, dtype: torch.dtype) 
     slots = [engine.streams[s].slot for s in names]
     cache = StepCache(
         torch.tensor(slots, device=DEVICE),
-        torch.tensor(engine.head[slots], device=DEVICE),
-        torch.tensor(engine.fill[slots], device=DEVICE),
+        torch.tensor(engine.position[slots], device=DEVICE),
         torch.full((B,), T, device=DEVICE),
         engine.next_logprobs[slots],  # [B, V]
     )
@@ -633,10 +631,9 @@ def full_ring_engine(model: torch.nn.Module, B: int, plan: Plan, dtype: torch.dt
     engine = StreamingEngine(model, list(range(1, plan.S + 1)), window=plan.L, max_streams=B, device=DEVICE, dtype=dtype)  # fmt: skip
     engine.ring_k.normal_()
     engine.ring_v.normal_()
-    cache = StepCache(
-        torch.arange(B, device=DEVICE), torch.randint(0, plan.L, (B,), device=DEVICE),
-        torch.full((B,), plan.L, device=DEVICE), torch.zeros(B, dtype=torch.long, device=DEVICE),
-        engine.initial_logprobs.expand(B, -1),
+    cache = StepCache(  # positions L..2L-1: every ring full, heads random
+        torch.arange(B, device=DEVICE), torch.randint(plan.L, 2 * plan.L, (B,), device=DEVICE),
+        torch.zeros(B, dtype=torch.long, device=DEVICE), engine.initial_logprobs.expand(B, -1),
     )  # fmt: skip
     return engine, cache
 

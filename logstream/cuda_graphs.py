@@ -4,7 +4,7 @@ An eager step of a small model is bound by kernel launches: on the H200, one ste
 at one stream took 3,352 µs eager and 293 µs replayed from a graph (docs/gpu/README.md). A
 graph replays fixed shapes, so `BucketedStep` pads each step: streams to the next power of two,
 tokens to the next power of two up to the engine's chunk. A padding row has chunk_len 0 and
-fill 0: it reads no ring entry and writes none, so it may name any slot. Padding tokens come
+position 0 (so fill 0): it reads no ring entry and writes none, so it may name any slot. Padding tokens come
 after a row's last real one, and causal attention keeps them out of the real tokens' view.
 One graph per (streams, tokens) bucket, captured on first use, all in one memory pool.
 
@@ -53,7 +53,7 @@ def bucket(n: int) -> int:
 @dataclass
 class Captured:
     graph: torch.cuda.CUDAGraph
-    inputs: list[torch.Tensor]  # tokens [B, T], previous [B, V], slots, head, fill, chunk_len [B]
+    inputs: list[torch.Tensor]  # tokens [B, T], previous [B, V], slots, position, chunk_len [B]
     nll: torch.Tensor  # [B, T]
     last: torch.Tensor  # [B, V]
 
@@ -76,13 +76,13 @@ class BucketedStep:
     def __call__(
         self, tokens: torch.Tensor, previous: torch.Tensor, *step: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`device_step(tokens, previous, slots, head, fill, chunk_len, ring_len, fill_all=False)`."""
-        slots, head, fill, chunk_len, ring_len, fill_all = (*step, False)[:6]  # fill_all is optional
+        """`device_step(tokens, previous, slots, position, chunk_len, ring_len, fill_all=False)`."""
+        slots, position, chunk_len, ring_len, fill_all = (*step, False)[:5]  # fill_all is optional
         B, T = tokens.shape
         Bp, Tp = self.shape(B, T)
-        # padding rows are zeros: chunk_len 0 and fill 0 (module doc)
+        # padding rows are zeros: chunk_len 0 and position 0 (module doc)
         padded = [F.pad(tokens, (0, Tp - T, 0, Bp - B)), F.pad(previous, (0, 0, 0, Bp - B))]
-        padded += [F.pad(x, (0, Bp - B)) for x in (slots, head, fill, chunk_len)]
+        padded += [F.pad(x, (0, Bp - B)) for x in (slots, position, chunk_len)]
         if not self.capture:
             nll, last = self.engine.device_step(*padded, ring_len, fill_all and Bp == B)
             return nll[:B, :T], last[:B]
@@ -97,7 +97,7 @@ class BucketedStep:
         engine = self.engine
         zeros = [torch.zeros(B, T, dtype=torch.long, device=engine.device)]
         zeros.append(torch.zeros(B, engine.vocab_size, device=engine.device))
-        zeros += [torch.zeros(B, dtype=torch.long, device=engine.device) for _ in range(4)]
+        zeros += [torch.zeros(B, dtype=torch.long, device=engine.device) for _ in range(3)]
         graph, (nll, last) = capture(lambda: engine.device_step(*zeros, engine.window - 1), self.pool)
         self.graphs[B, T] = Captured(graph, zeros, nll, last)
         return self.graphs[B, T]

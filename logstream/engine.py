@@ -8,13 +8,14 @@ of L slots per layer (StreamingLLM) and many streams run in one batch:
                   -> logits [B, T, V] -> NLL of each next token = logsumexp - logit[target]
 
 `device_step` is that forward as a pure tensor function (compilable, capturable in a CUDA
-graph); `_step` wraps it with the host bookkeeping (batching chunks, heads, fills). The
+graph); `_step` wraps it with the host bookkeeping (batching chunks, positions). The
 public `step_fn` swaps what `_step` calls for the forward (`torch.compile(engine.device_step)`,
 or a wrapper that counts or times it) without touching the engine's insides.
 
-Cache layout (per layer, keys before RoPE; see kernels/reference.py):
-    sink_k, sink_v  [Hkv, S, D]      the pattern prompt, shared by all streams
-    ring_k, ring_v  [N, Hkv, L, D]   one slot per stream, N = max_streams
+Cache layout (per layer, keys rotated; see kernels/reference.py):
+    sink_k, sink_v  [Hkv, S, D]      the pattern prompt at 0..S-1, shared by all streams
+    ring_k, ring_v  [N, Hkv, L, D]   one slot per stream, N = max_streams; a key is rotated
+                                     once, at its stream position, when it is written
 
 Memory per stream is layers x 2 x L x Hkv x D x bytes (and a [V] row of next-token
 log-probs), whatever the stream's length. Streams beyond `max_streams` evict the least
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 
 from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
 from logstream.kernels.flash_cpu import block_fill, window_bias
-from logstream.kernels.reference import apply_rope, rope_tables
+from logstream.kernels.reference import apply_rope, rope_at
 
 StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngine.device_step`'s signature
 # On the CPU (flash_cpu) a step holds up to this many chunks: when fewer streams have tokens
@@ -48,13 +49,13 @@ CPU_STEP_CHUNKS = 16
 
 @dataclass
 class StreamState:
-    slot: int  # its row in the engine's per-slot state: rings, `head`, `fill`, `next_logprobs`
+    slot: int  # its row in the engine's per-slot state: rings, `position`, `next_logprobs`
     recent: deque[int] = field(default_factory=deque)  # last L token ids, to rebuild after eviction
 
 
 # An offloaded stream: its state, host copies of its slot's tensors (`_pools()`, then the [V]
-# next log-probs) and its (head, fill)
-Offloaded = tuple[StreamState, list[torch.Tensor], tuple[int, int]]
+# next log-probs) and its position
+Offloaded = tuple[StreamState, list[torch.Tensor], int]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -114,10 +115,8 @@ class StreamingEngine:
         self.vocab_size = config.vocab_size
 
         rotary = self.decoder.rotary_emb
-        n_pos = len(sink_ids) + 2 * window  # window keys use offsets up to 2L (reference.py)
-        self.cos, self.sin = rope_tables(
-            rotary.inv_freq.to(self.device), n_pos, float(getattr(rotary, "attention_scaling", 1.0))
-        )
+        self.inv_freq = rotary.inv_freq.to(self.device)  # [D/2]
+        self.rope_scaling = float(getattr(rotary, "attention_scaling", 1.0))
 
         shape = (len(self.layers), max_streams, self.n_kv_heads, window, self.head_dim)
         # int8_ring: K/V quantized per (token, kv head), x = int8 x scale, scale = max|x| / 127
@@ -134,8 +133,7 @@ class StreamingEngine:
         self.sink_k, self.sink_v, self.initial_logprobs = self._prefill_sinks(sink_ids)
         # Per slot, so that a step's bookkeeping is a few array operations, not Python per stream
         # (at 1,024 streams on a GPU that Python was most of a call; docs/gpu/README.md):
-        self.head = np.zeros(max_streams, dtype=np.int64)  # [N] next ring slot to write
-        self.fill = np.zeros(max_streams, dtype=np.int64)  # [N] valid ring entries
+        self.position = np.zeros(max_streams, dtype=np.int64)  # [N] tokens written (`head`, `fill`)
         self.next_logprobs = torch.zeros(max_streams, self.vocab_size, device=self.device)  # [N, V] fp32
         self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
         self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
@@ -146,6 +144,20 @@ class StreamingEngine:
         # the device forward each step runs: None is `device_step`; set a callable with its
         # signature that calls it (compiled, counted, timed) to change how, not what, it computes
         self.step_fn: StepFn | None = None
+
+    @property
+    def head(self) -> np.ndarray:
+        """[N] each slot's next ring slot to write: position mod L."""
+        return self.position % self.window
+
+    @property
+    def fill(self) -> np.ndarray:
+        """[N] each slot's valid ring entries: min(position, L)."""
+        return np.minimum(self.position, self.window)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [..., D] at positions [...] (`reference.rope_at`)."""
+        return rope_at(self.inv_freq, positions, self.rope_scaling)
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -196,14 +208,15 @@ class StreamingEngine:
             uniform = torch.full((self.vocab_size,), -float(np.log(self.vocab_size)), device=self.device)
             return [empty] * len(self.layers), [empty] * len(self.layers), uniform
         x = self.decoder.embed_tokens(torch.tensor([sink_ids], device=self.device))  # [1, S, C]
-        cos, sin = self.cos[:S], self.sin[:S]
+        cos, sin = self.rope(torch.arange(S, device=self.device))  # [S, D]
         sink_k, sink_v = [], []
         for layer in self.layers:
             q, k, v = self._qkv(layer, x)
+            k = apply_rope(k, cos, sin)  # stored rotated, at 0..S-1
             sink_k.append(k[0].contiguous())  # [Hkv, S, D]
             sink_v.append(v[0].contiguous())
             out = F.scaled_dot_product_attention(
-                apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, is_causal=True, enable_gqa=True
+                apply_rope(q, cos, sin), k, v, is_causal=True, enable_gqa=True
             )  # [1, H, S, D]
             x = self._finish_layer(layer, x, out)
         return sink_k, sink_v, self._logprobs(x)[0, -1]
@@ -225,8 +238,7 @@ class StreamingEngine:
         tokens: torch.Tensor,
         previous: torch.Tensor,
         slots: torch.Tensor,
-        head: torch.Tensor,
-        fill: torch.Tensor,
+        position: torch.Tensor,
         chunk_len: torch.Tensor,
         ring_len: int,
         fill_all: bool = False,
@@ -234,17 +246,26 @@ class StreamingEngine:
         """The pure device step: tensors in, tensors out, the rings written in place.
 
         tokens [B, T] (padded), previous [B, V] the log-probs that predict each stream's first
-        token, slots/head/fill/chunk_len [B] int64 -> (nll [B, T] fp32, 0 at padding; last [B, V]
-        fp32, the log-probs after each stream's last real token). No host sync on the Triton
-        path, so it can be compiled or captured in a CUDA graph; `ring_len` is a host int (a
-        shape) from `ring_len()` or, for a fixed-shape bucket, L - 1. `fill_all`: every stream
-        holds at least `ring_len` entries (a host fact), so the CPU path shares one mask.
+        token, slots/position/chunk_len [B] int64 (position: the tokens the stream has written)
+        -> (nll [B, T] fp32, 0 at padding; last [B, V] fp32, the log-probs after each stream's
+        last real token). No host sync on the Triton path, so it can be compiled or captured in
+        a CUDA graph; `ring_len` is a host int (a shape) from `ring_len()` or, for a fixed-shape
+        bucket, L - 1. `fill_all`: every stream holds at least `ring_len` entries (a host fact),
+        so the CPU path shares one mask.
 
         Only the target's log-prob is needed per token (`target_nll`); full log-probs only for
         the B last positions.
         """
         B, T = tokens.shape
+        L, S = self.window, self.sink_k[0].shape[1]
         P = min(T, self.chunk_tokens)  # queries per block: T > P only on the CPU (`step_chunks`)
+        head, fill = position % L, position.clamp(max=L)  # [B]
+        # RoPE (reference.py): the window at the stream's own positions, the sinks' frame at
+        # S + W_t - 1; the same for every layer
+        t = torch.arange(T, device=tokens.device)
+        cos_win, sin_win = (x[:, None] for x in self.rope(position[:, None] + t))  # [B, 1, T, D]
+        sink_frame = S + torch.clamp(fill[:, None] + t + 1, max=L) - 1  # [B, T]
+        cos_sink, sin_sink = (x[:, None] for x in self.rope(sink_frame))
         bias = None  # the CPU window mask, the same for every layer: built once
         if backend_for(tokens) == "flash_cpu":
             bias = window_bias(
@@ -253,11 +274,13 @@ class StreamingEngine:
         x = self.decoder.embed_tokens(tokens).to(self.dtype)  # [B, T, C]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x)  # q [B, H, T, D], k v [B, Hkv, T, D]
+            q_win, q_sink = apply_rope(q, cos_win, sin_win), apply_rope(q, cos_sink, sin_sink)
+            k = apply_rope(k, cos_win, sin_win)
             rings = (self.ring_k[i], self.ring_v[i])  # [N, Hkv, L, D]
             scales = None if self.ring_scales is None else (self.ring_scales[0][i], self.ring_scales[1][i])
             sinks = (self.sink_k[i], self.sink_v[i])  # [Hkv, S, D]
             out, _ = sink_ring_attention(
-                q, k, v, *sinks, *rings, slots, head, fill, self.cos, self.sin, ring_len, bias, P, scales
+                q_win, q_sink, k, v, *sinks, *rings, slots, head, fill, ring_len, bias, P, scales
             )  # [B, H, T, D]
             written_head, written_len = head, chunk_len
             if self.window < T:  # several blocks: only the last L tokens stay in the ring
@@ -289,21 +312,21 @@ class StreamingEngine:
 
     def _step(self, slots: np.ndarray, tokens: np.ndarray, chunk_len: np.ndarray) -> torch.Tensor:
         """Host bookkeeping around one device step over a ragged batch: slots [B], tokens [B, T]
-        (0 after each chunk), chunk_len [B] -> token NLL [B, T]; the streams' heads, fills and
-        next log-probs move on."""
-        head, fill = self.head[slots], self.fill[slots]
+        (0 after each chunk), chunk_len [B] -> token NLL [B, T]; the streams' positions and next
+        log-probs move on."""
+        position = self.position[slots]
+        fill = np.minimum(position, self.window)
         # blocks after the first see the L - 1 keys before them (kernels/flash_cpu.py)
         ring_len = self.ring_len(fill) if self.chunk_tokens >= tokens.shape[1] else self.window - 1
-        # [4, B]: slots, head, fill, chunk_len; rows contiguous (kernels take pointers)
-        cache = torch.from_numpy(np.stack([slots, head, fill, chunk_len])).to(self.device)
+        # [3, B]: slots, position, chunk_len; rows contiguous (kernels take pointers)
+        cache = torch.from_numpy(np.stack([slots, position, chunk_len])).to(self.device)
         slots_at = cache[0]
         nll, last = (self.step_fn or self.device_step)(
             torch.from_numpy(tokens).to(self.device), self.next_logprobs[slots_at], *cache, ring_len,
             bool(fill.min() >= ring_len),
         )  # fmt: skip
         self.next_logprobs.index_copy_(0, slots_at, last)
-        self.head[slots] = (head + chunk_len) % self.window
-        self.fill[slots] = np.minimum(fill + chunk_len, self.window)
+        self.position[slots] = position + chunk_len
         return nll
 
     # -- streams ---------------------------------------------------------------------------------
@@ -319,14 +342,14 @@ class StreamingEngine:
         if stream in self.offloaded:  # page its ring back in: exact, no tokens to replay
             state, saved, position = self.offloaded.pop(stream)
             state.slot = slot
-            self.head[slot], self.fill[slot] = position
+            self.position[slot] = position
             for pool, host in zip(self._pools(), saved[:-1], strict=True):
                 pool[:, slot].copy_(host, non_blocking=True)  # [layers, Hkv, L, D]
             self.next_logprobs[slot].copy_(saved[-1], non_blocking=True)
             self.streams[stream] = state
             return state, []
         state = StreamState(slot=slot, recent=deque(maxlen=self.window))
-        self.head[slot] = self.fill[slot] = 0
+        self.position[slot] = 0
         self.next_logprobs[slot] = self.initial_logprobs
         self.streams[stream] = state
         return state, list(self.evicted.pop(stream, ()))
@@ -339,8 +362,7 @@ class StreamingEngine:
         if self.offload:
             saved = [self._to_host(t[:, state.slot]) for t in self._pools()]
             saved.append(self._to_host(self.next_logprobs[state.slot]))
-            position = (int(self.head[state.slot]), int(self.fill[state.slot]))
-            self.offloaded[victim] = (state, saved, position)
+            self.offloaded[victim] = (state, saved, int(self.position[state.slot]))
             if len(self.offloaded) <= 16 * self.max_streams:
                 return
             victim, (state, *_) = self.offloaded.popitem(last=False)  # bounded: the oldest keeps tokens

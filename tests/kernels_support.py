@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from logstream.kernels import reference
-
 INTERPRET_ENV = {"TRITON_INTERPRET": "1", "LOGSTREAM_FORCE_TRITON": "1"}
 
 
@@ -69,17 +67,17 @@ class Case:
 def make_inputs(
     c: Case, fill: list[int] | None = None, head: list[int] | None = None, device: str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """Random K/V/q, a pool with more slots than streams, RoPE tables as the engine builds them."""
+    """Random K/V and queries, a pool with more slots than streams. Keys and queries stand for
+    rotated ones (the kernels apply no RoPE, reference.py), so any values do."""
     g = torch.Generator().manual_seed(c.seed)
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g).to(c.dtype)
 
     N = c.B + 2
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, c.D, 2).float() / c.D))
-    cos, sin = reference.rope_tables(inv_freq, c.S + 2 * c.L)
     inputs = {
-        "q": randn(c.B, c.H, c.T, c.D),
+        "q_win": randn(c.B, c.H, c.T, c.D),
+        "q_sink": randn(c.B, c.H, c.T, c.D),
         "k_new": randn(c.B, c.Hkv, c.T, c.D),
         "v_new": randn(c.B, c.Hkv, c.T, c.D),
         "sink_k": randn(c.Hkv, c.S, c.D),
@@ -89,7 +87,5 @@ def make_inputs(
         "slots": torch.randperm(N, generator=g)[: c.B],
         "head": torch.tensor(head) if head else torch.randint(0, c.L, (c.B,), generator=g),
         "fill": torch.tensor(fill) if fill else torch.randint(0, c.L + 1, (c.B,), generator=g),
-        "cos": cos,
-        "sin": sin,
     }
     return {name: x.to(device) for name, x in inputs.items()}

@@ -65,7 +65,7 @@ def test_padded_steps_score_what_unpadded_steps_do(int8_ring: bool) -> None:
                 np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
     for s in lengths:
         p, b = plain.streams[s].slot, bucketed.streams[s].slot
-        assert (bucketed.head[b], bucketed.fill[b]) == (plain.head[p], plain.fill[p])
+        assert bucketed.position[b] == plain.position[p]
         torch.testing.assert_close(bucketed.next_logprobs[b], plain.next_logprobs[p], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bucketed.ring_k, plain.ring_k, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bucketed.ring_v, plain.ring_v, atol=1e-5, rtol=1e-5)

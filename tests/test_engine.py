@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from logstream.engine import StreamingEngine, rms_norm, target_nll
-from logstream.kernels.reference import apply_rope, rope_tables
+from logstream.kernels.reference import apply_rope, rope_at
 
 VOCAB = 97
 
@@ -75,7 +75,7 @@ def slow_sink_window_nll(
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     D = cfg.hidden_size // H
     S = len(sink_ids)
-    cos, sin = rope_tables(model.model.rotary_emb.inv_freq, S + L)
+    cos, sin = rope_at(model.model.rotary_emb.inv_freq, torch.arange(S + L))
     history_k: list[list[torch.Tensor]] = [[] for _ in model.model.layers]  # per layer: [Hkv, D]
     history_v: list[list[torch.Tensor]] = [[] for _ in model.model.layers]
     nll = []
@@ -123,6 +123,23 @@ def test_engine_equals_slow_definition_beyond_window(kv_heads: int) -> None:
         want = slow_sink_window_nll(model, sink_ids, tokens, L)
     got = torch.cat([torch.from_numpy(x) for x in engine.score({"s": lines})["s"]])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_rope_at_a_stream_position_of_billions_scores_as_at_zero() -> None:
+    """Ring keys are rotated at their stream position, which grows without bound: a query and a
+    key 4 positions apart give the same score at 10^12 tokens as at 0 (float64 angles; fp32
+    ones are radians off past 10^7)."""
+    D = 32
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
+    q, k = torch.randn(2, D, generator=torch.Generator().manual_seed(0))
+
+    def score(start: int) -> float:
+        cos, sin = rope_at(inv_freq, torch.tensor([start + 7, start + 3]))  # [2, D]
+        return float(apply_rope(q, cos[0], sin[0]) @ apply_rope(k, cos[1], sin[1]))
+
+    at_zero = score(0)
+    for start in (10**7, 10**9, 10**12):
+        assert abs(score(start) - at_zero) <= 1e-5 * (1 + abs(at_zero)), start
 
 
 def test_target_nll_both_ways_is_cross_entropy() -> None:
@@ -185,9 +202,7 @@ def test_device_step_is_score_without_the_bookkeeping() -> None:
     chunks = [[5, 6, 7, 8], [9], [10, 11, 12]]
     slots = [engine.streams[s].slot for s in names]
     tokens = torch.tensor([c + [0] * (4 - len(c)) for c in chunks])  # [B, T] padded
-    cache = torch.tensor(
-        [slots, engine.head[slots].tolist(), engine.fill[slots].tolist(), [len(c) for c in chunks]]
-    )  # [4, B]
+    cache = torch.tensor([slots, engine.position[slots].tolist(), [len(c) for c in chunks]])  # [3, B]
     previous = engine.next_logprobs[slots]  # [B, V]
     nll, last = engine.device_step(tokens, previous, *cache, ring_len=engine.window - 1)
     want = twin.score({s: [c] for s, c in zip(names, chunks, strict=True)})
@@ -327,6 +342,6 @@ def test_few_streams_take_several_chunks_a_step_with_the_same_scores(int8_ring: 
             np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
         m, o = many.streams[s].slot, one.streams[s].slot
         torch.testing.assert_close(many.next_logprobs[m], one.next_logprobs[o], atol=1e-5, rtol=1e-5)
-        assert (many.head[m], many.fill[m]) == (one.head[o], one.fill[o])
+        assert many.position[m] == one.position[o]
     torch.testing.assert_close(many.ring_k, one.ring_k, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(many.ring_v, one.ring_v, atol=1e-5, rtol=1e-5)

@@ -106,6 +106,7 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
         (torch.float32, 64, 2, 1, 1, False),  # the engine's default dtype: IEEE fp32 dots
         (torch.float32, 128, 4, 64, 1, False),
         (torch.float32, 16, 2, 64, 1, False),  # the tiny preset's head_dim
+        (torch.bfloat16, 16, 4, 1, 1, False),  # the least 16-bit head_dim: q @ k^T of depth 16
         (torch.bfloat16, 128, 4, 1, 1, True),  # an int8 ring, dequantized as it is read
         (torch.bfloat16, 64, 4, 1, 4, True),
     ],
@@ -117,6 +118,7 @@ def record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> LaunchRec
         "fp32-d64-decode",
         "fp32-d128-chunk",
         "fp32-d16-chunk",
+        "bf16-d16-decode",
         "bf16-d128-decode-int8",
         "bf16-d64-split4-int8",
     ],
@@ -129,7 +131,8 @@ def test_attention_compiles_for_sm90_without_spills(
     attention = record(monkeypatch, attention_module, "_sink_ring_attention_kernel")
     merge = record(monkeypatch, attention_module, "_merge_splits_kernel")
     x = make_inputs(Case(B=2, H=2 * G, Hkv=2, T=T, D=D, S=4, L=130, dtype=dtype))
-    x["q"] = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # the engine's layout
+    for name in ("q_win", "q_sink"):  # the engine's layout
+        x[name] = x[name].transpose(1, 2).contiguous().transpose(1, 2)
     scales = None
     if int8:
         (x["ring_k"], k_scale), (x["ring_v"], v_scale) = map(

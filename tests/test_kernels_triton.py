@@ -5,7 +5,9 @@ kernels_support.py for why not in this process); the reference runs here.
 Shapes are small because the interpreter is slow, but every case that changes
 the control flow is covered: wrap-around, partial and empty rings, ragged
 chunks, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a power
-of two, split-K, strided inputs and the three dtypes.
+of two, split-K, strided inputs and the three dtypes. q_win and q_sink are
+independent random tensors, so a kernel that scored the sinks or the window with
+the other query fails every case with sinks.
 """
 
 from __future__ import annotations
@@ -84,12 +86,24 @@ def test_no_sinks_matches_reference(interpreter: Interpreter) -> None:
 
 
 def test_strided_inputs_match_reference(interpreter: Interpreter) -> None:
-    """q/k/v as the engine passes them ([B, T, H, D] transposed) are read in place."""
+    """Queries and k/v as the engine passes them ([B, T, H, D] transposed) are read in place."""
     c = Case(B=2, T=6, seed=11)
     inputs = make_inputs(c)
-    for name in ("q", "k_new", "v_new"):
+    for name in ("q_win", "q_sink", "k_new", "v_new"):
         inputs[name] = inputs[name].transpose(1, 2).contiguous().transpose(1, 2)
-    assert not inputs["q"].is_contiguous()
+    assert not inputs["q_win"].is_contiguous()
+    check_attention(interpreter, inputs, c.dtype)
+
+
+def test_pairs_may_differ_in_size_one_strides(interpreter: Interpreter) -> None:
+    """No index multiplies a size-1 dim's stride, and torch sets it freely (the engine's rotated
+    k_new at T = 1 has another than its v_new): such a pair is still one layout."""
+    c = Case(B=3, T=1, seed=12)
+    inputs = make_inputs(c)
+    for name in ("q_sink", "v_new"):
+        x = inputs[name]
+        inputs[name] = x.as_strided(x.shape, (*x.stride()[:2], 12345, 1))  # T's stride
+    assert inputs["v_new"].stride() != inputs["k_new"].stride()
     check_attention(interpreter, inputs, c.dtype)
 
 

@@ -57,7 +57,8 @@ def ring_write(
 
 
 def sink_ring_attention(
-    q: torch.Tensor,
+    q_win: torch.Tensor,
+    q_sink: torch.Tensor,
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     sink_k: torch.Tensor,
@@ -67,14 +68,13 @@ def sink_ring_attention(
     slots: torch.Tensor,
     head: torch.Tensor,
     fill: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
     ring_len: int | None = None,
     bias: torch.Tensor | None = None,
     block: int | None = None,
     ring_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention over sinks + ring + chunk: (out [B, H, T, D], lse [B, H, T] fp32).
+    Keys and queries come rotated (reference.py): no backend applies RoPE.
 
     `ring_len` and `bias` are hints for flash_cpu (its bound on the ring entries any query sees
     and its window mask, computed once per step for all layers); the Triton kernel reads each
@@ -83,13 +83,13 @@ def sink_ring_attention(
     `ring_scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8. The Triton kernel dequantizes
     it as it reads; the others first dequantize the batch's rings (`reference.dequantize_int8`).
     """
-    backend = backend_for(q)
-    assert backend == "flash_cpu" or block is None or q.shape[2] <= block, f"{backend}: one block a step"
+    backend = backend_for(q_win)
+    assert backend == "flash_cpu" or block is None or q_win.shape[2] <= block, f"{backend}: one block a step"
     if ring_scales is not None and backend != "triton":  # [B, Hkv, L, D] each, at slots 0..B-1
-        ring_k = reference.dequantize_int8(ring_k[slots], ring_scales[0][slots], q.dtype)
-        ring_v = reference.dequantize_int8(ring_v[slots], ring_scales[1][slots], q.dtype)
+        ring_k = reference.dequantize_int8(ring_k[slots], ring_scales[0][slots], q_win.dtype)
+        ring_v = reference.dequantize_int8(ring_v[slots], ring_scales[1][slots], q_win.dtype)
         slots = torch.arange(len(slots), device=slots.device)
-    args = (q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill, cos, sin)
+    args = (q_win, q_sink, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill)
     if backend == "triton":
         from logstream.kernels import sink_ring_attention as kernel
 

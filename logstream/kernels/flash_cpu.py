@@ -6,16 +6,14 @@ the engine's time. Here the scores never leave the cache: torch's CPU flash kern
 (`_scaled_dot_product_flash_attention_for_cpu`, an online softmax over key blocks, GQA
 native) runs twice and the two halves are merged by their logsumexps:
 
-    1. sinks: q rotated at its true position S + W_t - 1, sink keys at 0..S-1 (no mask);
-    2. window: the ring's newest R entries gathered oldest first, then the chunk, so that
-       every stream shares one RoPE table: window key i at position i (ring entry of age
-       R - i) or R + j (chunk key j), query t at R + t. Only position differences matter
-       (reference.py), and these are the reference's differences, t + age.
+    1. sinks: q_sink against the sink keys (no mask);
+    2. window: q_win against the ring's newest R entries gathered oldest first, then the chunk,
+       so that every stream shares one mask (keys come rotated, so their order is free).
     out = out_1 * exp(lse_1 - lse) + out_2 * exp(lse_2 - lse), lse = logaddexp(lse_1, lse_2).
 
-Two queries can't share one call because their sink and window rotations differ (a single
-call with q = [q_sink, q_win] of depth 2D would need K depth != V depth, which the CPU flash
-kernel does not take: it falls back to the slow math path).
+Two queries can't share one call because their rotations differ (a single call with
+q = [q_sink, q_win] of depth 2D would need K depth != V depth, which the CPU flash kernel does
+not take: it falls back to the slow math path).
 
 `ring_len` R: how many of the newest ring entries any query may see. An entry of age r is
 visible to query t iff r <= fill and t + r <= L - 1, so R = min(max fill, L - 1) is exact;
@@ -32,8 +30,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-from logstream.kernels.reference import apply_rope
 
 
 def flash(
@@ -109,7 +105,8 @@ def window_bias(fill: torch.Tensor | None, T: int, R: int, L: int, dtype: torch.
 
 
 def sink_ring_attention(
-    q: torch.Tensor,
+    q_win: torch.Tensor,
+    q_sink: torch.Tensor,
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     sink_k: torch.Tensor,
@@ -119,8 +116,6 @@ def sink_ring_attention(
     slots: torch.Tensor,
     head: torch.Tensor,
     fill: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
     ring_len: int | None = None,
     bias: torch.Tensor | None = None,
     block: int | None = None,
@@ -130,10 +125,10 @@ def sink_ring_attention(
     Layouts as in reference.py, except that T may exceed L when `block` P (<= L) is given: the
     queries then go in blocks of P (module docstring). `ring_len` (default: from `fill`, a host
     sync; L - 1 with several blocks) and `bias` (default: `window_bias(block_fill(fill, T, P),
-    P, ring_len, L, q.dtype)`) may be passed in, so that a caller computes them once per step
+    P, ring_len, L, q_win.dtype)`) may be passed in, so that a caller computes them once per step
     for all layers.
     """
-    B, _, T, D = q.shape
+    B, _, T, D = q_win.shape
     S, L = sink_k.shape[1], ring_k.shape[2]
     P = T if block is None else min(block, T)
     if ring_len is None:
@@ -141,32 +136,26 @@ def sink_ring_attention(
     R = ring_len
     assert P == T or R == L - 1, "blocks after the first see the L - 1 keys before them"
     scale = D**-0.5
-    t = torch.arange(T, device=q.device)
 
     # Window: the newest R ring entries, oldest first, then the chunk; in blocks of P queries,
-    # each seeing the R keys before it. One RoPE table for all: key i of a block at i, query j at R + j.
-    ring_idx = (head[:, None] - R + torch.arange(R, device=q.device)[None, :]) % L  # [B, R]
+    # each seeing the R keys before it.
+    ring_idx = (head[:, None] - R + torch.arange(R, device=q_win.device)[None, :]) % L  # [B, R]
     k_seq = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new], dim=2)  # [B, Hkv, R+T, D]
     v_seq = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new], dim=2)
-    k_win, v_win = windows(k_seq, R, P), windows(v_seq, R, P)  # [B * nb, Hkv, R + P, D]
-    k_win = apply_rope(k_win, cos[: R + P], sin[: R + P])
-    q_win = apply_rope(blocks(q, P), cos[R : R + P], sin[R : R + P])  # [B * nb, H, P, D]
     if bias is None:
-        bias = window_bias(block_fill(fill, T, P), P, R, L, q.dtype)
-    out, lse = flash(q_win, k_win, v_win, bias, scale)
+        bias = window_bias(block_fill(fill, T, P), P, R, L, q_win.dtype)
+    out, lse = flash(blocks(q_win, P), windows(k_seq, R, P), windows(v_seq, R, P), bias, scale)
     out, lse = unblocks(out, B, T), unblocks(lse, B, T)  # [B, H, T, D], [B, H, T]
     if S == 0:
         return out, lse
 
-    # Sinks: q at its true position S + W_t - 1, W_t = min(fill + t + 1, L); keys at 0..S-1.
-    pos_q = S + torch.clamp(fill[:, None] + t[None, :] + 1, max=L) - 1  # [B, T]
-    q_sink = apply_rope(q, cos[pos_q][:, None], sin[pos_q][:, None])  # [B, H, T, D]
-    k_sink = apply_rope(sink_k, cos[:S], sin[:S])[None].expand(B, -1, -1, -1)  # [B, Hkv, S, D]
-    out_sink, lse_sink = flash(q_sink, k_sink, sink_v[None].expand(B, -1, -1, -1), None, scale)
+    # Sinks: every query sees all S of them.
+    expand = (B, -1, -1, -1)  # [Hkv, S, D] -> [B, Hkv, S, D], a view
+    out_sink, lse_sink = flash(q_sink, sink_k[None].expand(expand), sink_v[None].expand(expand), None, scale)
 
     total = torch.logaddexp(lse, lse_sink)  # [B, H, T]
     merged = (
         out.float() * torch.exp(lse - total)[..., None]
         + out_sink.float() * torch.exp(lse_sink - total)[..., None]
     )
-    return merged.to(q.dtype), total
+    return merged.to(q_win.dtype), total

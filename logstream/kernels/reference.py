@@ -3,42 +3,48 @@
 Every kernel in this package is tested against these functions. They are
 written for clarity first; the engine uses them on CPU.
 
-Layouts (one layer; keys are always stored *before* RoPE):
+Layouts (one layer; every key is stored *rotated*, RoPE applied once, when it is made):
     ring_k, ring_v: [N, Hkv, L, D]   N stream slots in the pool, L ring slots
     sink_k, sink_v: [Hkv, S, D]      the pattern prompt's K/V (S >= 1)
-    q:              [B, H, T, D]     a chunk of T queries per stream (padded)
+    q_win, q_sink:  [B, H, T, D]     a chunk of T queries per stream (padded), rotated twice
     k_new, v_new:   [B, Hkv, T, D]   the chunk's own keys/values
     slots:          [B] int64        which pool slot each stream owns
     head:           [B] int64        next ring slot to write
     fill:           [B] int64        valid ring entries (<= L)
     chunk_len:      [B] int64        real tokens in the chunk (<= T, <= L)
-    cos, sin:       [P, D]           RoPE tables, P >= S + 2 * L
 
 Positions (StreamingLLM, cache-relative). Query t of a stream sees the sinks
 plus its last W_t tokens, itself included: W_t = min(fill + t + 1, L). Sinks
 sit at 0..S-1, the window at S..S+W_t-1 by age, the query last at S+W_t-1.
 So no position is ever >= S + L, the range the model was trained on.
 
-RoPE only sees position *differences*, so for window keys we may rotate q and
-k at any common offset: we use the chunk-relative index + L (ring key of age r
-at L - r, chunk key j at L + j, query t at L + t). That lets every key be
-rotated once per step instead of once per query. Sinks are not relative to the
-window, so q is rotated a second time at its true position S + W_t - 1 for them.
+RoPE only sees position *differences*, so window keys and queries may be rotated
+at any common offset: at the stream's own token count (its position p, the
+tokens it has written), so ring key of age r at p - r, chunk key j at p + j,
+query t at p + t (`q_win`). Then a key is rotated once, when it is written, and
+never again however often it is read. Sinks sit at 0..S-1 whatever the stream's
+position, so q is rotated a second time at its true position S + W_t - 1 for them
+(`q_sink`). `rope_at` takes angles in float64, so that a position of billions
+rotates as exactly as 0.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
-def rope_tables(
-    inv_freq: torch.Tensor, n_positions: int, scaling: float = 1.0
+def rope_at(
+    inv_freq: torch.Tensor, positions: torch.Tensor, scaling: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [P, D] in the HF Llama layout (frequencies repeated twice)."""
-    pos = torch.arange(n_positions, dtype=torch.float32, device=inv_freq.device)
-    freqs = torch.outer(pos, inv_freq.float())  # [P, D/2]
-    emb = torch.cat([freqs, freqs], dim=-1)  # [P, D]
-    return emb.cos() * scaling, emb.sin() * scaling
+    """cos/sin [..., D] fp32 at integer positions [...], in the HF Llama layout (frequencies
+    repeated twice). The angles are taken in float64 and reduced mod 2 pi before fp32's cos
+    and sin: in fp32 a position near 10^7 would be a radian off, in float64 one near 10^15."""
+    angles = positions.to(torch.float64)[..., None] * inv_freq.to(torch.float64)  # [..., D/2]
+    angles = torch.remainder(angles, 2 * math.pi).float()
+    angles = torch.cat([angles, angles], dim=-1)  # [..., D]
+    return angles.cos() * scaling, angles.sin() * scaling
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -87,7 +93,8 @@ def ring_write(
 
 
 def sink_ring_attention(
-    q: torch.Tensor,
+    q_win: torch.Tensor,
+    q_sink: torch.Tensor,
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     sink_k: torch.Tensor,
@@ -97,40 +104,26 @@ def sink_ring_attention(
     slots: torch.Tensor,
     head: torch.Tensor,
     fill: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention of a chunk over sinks + ring + itself.
+    """Causal attention of a chunk over sinks + ring + itself, every key and query rotated.
 
     Returns (out [B, H, T, D] in q's dtype, logsumexp [B, H, T] in fp32).
     Padding queries (t >= chunk_len) produce values that callers ignore.
     """
-    _, H, T, D = q.shape
+    _, H, T, D = q_win.shape
     Hkv, S = sink_k.shape[0], sink_k.shape[1]
     L = ring_k.shape[2]
     G = H // Hkv  # query heads per kv head (GQA)
     scale = D**-0.5
-    t = torch.arange(T, device=q.device)
-
-    # Sinks: q at its true position S + W_t - 1, sink keys at 0..S-1.
-    W = torch.clamp(fill[:, None] + t[None, :] + 1, max=L)  # [B, T]
-    pos_q = S + W - 1  # [B, T]
-    q_sink = apply_rope(q, cos[pos_q][:, None], sin[pos_q][:, None])  # [B, H, T, D]
-    k_sink = apply_rope(sink_k, cos[:S], sin[:S])  # [Hkv, S, D]
-
-    # Window: relative offsets, ring key of age r at L - r, chunk key j at L + j.
+    t = torch.arange(T, device=q_win.device)
     age = ring_age(head, L)  # [B, L]
-    q_win = apply_rope(q, cos[L + t], sin[L + t])  # [B, H, T, D]
-    ring_kb = ring_k[slots]  # [B, Hkv, L, D]
-    k_ring = apply_rope(ring_kb, cos[L - age][:, None], sin[L - age][:, None])
-    k_chunk = apply_rope(k_new, cos[L + t], sin[L + t])  # [B, Hkv, T, D]
 
     def expand(x: torch.Tensor) -> torch.Tensor:  # [.., Hkv, N, D] -> [.., H, N, D]
         return x.repeat_interleave(G, dim=-3).float()
 
-    s_sink = torch.einsum("bhtd,hsd->bhts", q_sink.float(), expand(k_sink))  # [B, H, T, S]
-    s_ring = torch.einsum("bhtd,bhld->bhtl", q_win.float(), expand(k_ring))  # [B, H, T, L]
-    s_chunk = torch.einsum("bhtd,bhjd->bhtj", q_win.float(), expand(k_chunk))  # [B, H, T, T]
+    s_sink = torch.einsum("bhtd,hsd->bhts", q_sink.float(), expand(sink_k))  # [B, H, T, S]
+    s_ring = torch.einsum("bhtd,bhld->bhtl", q_win.float(), expand(ring_k[slots]))  # [B, H, T, L]
+    s_chunk = torch.einsum("bhtd,bhjd->bhtj", q_win.float(), expand(k_new))  # [B, H, T, T]
 
     # Query t sees a ring entry of age r if it is filled and t + r <= L - 1.
     ring_visible = (age[:, None, :] <= fill[:, None, None]) & (
@@ -143,10 +136,9 @@ def sink_ring_attention(
     scores = torch.cat([s_sink, s_ring, s_chunk], dim=-1) * scale  # [B, H, T, S+L+T]
     lse = torch.logsumexp(scores, dim=-1)  # [B, H, T]
     p = torch.exp(scores - lse[..., None])
-    v_ring_b = ring_v[slots]  # [B, Hkv, L, D]
     out = (
         torch.einsum("bhts,hsd->bhtd", p[..., :S], expand(sink_v))
-        + torch.einsum("bhtl,bhld->bhtd", p[..., S : S + L], expand(v_ring_b))
+        + torch.einsum("bhtl,bhld->bhtd", p[..., S : S + L], expand(ring_v[slots]))
         + torch.einsum("bhtj,bhjd->bhtd", p[..., S + L :], expand(v_new))
     )
-    return out.to(q.dtype), lse
+    return out.to(q_win.dtype), lse

@@ -68,6 +68,13 @@ def _ring_write_kernel(
     tl.store(RING_V + dst, v, mask=mask)
 
 
+def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One shape and one set of strides, but for dims of size 1: no index multiplies their
+    strides, and torch sets them freely (the engine's rotated k_new at T = 1 differs from v_new)."""
+    strides = zip(a.stride(), b.stride(), a.shape, strict=True)
+    return a.shape == b.shape and all(x == y for x, y, n in strides if n > 1)
+
+
 def scale_args(
     ring_k: torch.Tensor, scales: tuple[torch.Tensor, torch.Tensor] | None
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
@@ -78,7 +85,7 @@ def scale_args(
     k_scale, v_scale = scales
     assert k_scale.shape == v_scale.shape == (*ring_k.shape[:3], 1), "ring scales must be [N, Hkv, L, 1]"
     assert k_scale.dtype == v_scale.dtype == torch.float32, "ring scales: fp32"
-    assert k_scale.stride() == v_scale.stride(), "k and v scales must share a layout"
+    assert same_layout(k_scale, v_scale), "k and v scales must share a layout"
     return k_scale, v_scale, k_scale.stride()[:3]
 
 
@@ -102,9 +109,9 @@ def ring_write(
     """
     B, Hkv, T, D = k_new.shape
     N, _, L, _ = ring_k.shape
-    assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
-    assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
-    assert v_new.shape == k_new.shape and v_new.stride() == k_new.stride(), "k_new/v_new differ"
+    assert ring_k.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
+    assert same_layout(ring_k, ring_v), "ring_k and ring_v must share a layout"
+    assert same_layout(k_new, v_new), "k_new/v_new differ"
     assert ring_k.dtype == ring_v.dtype == (k_new.dtype if scales is None else torch.int8), "ring dtype"
     assert k_new.dtype == v_new.dtype, "one dtype for k_new and v_new"
     k_scale, v_scale, scale_strides = scale_args(ring_k, scales)

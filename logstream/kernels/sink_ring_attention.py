@@ -1,4 +1,4 @@
-"""Triton fused sink + ring attention, with RoPE applied in the kernel.
+"""Triton fused sink + ring attention over rotated keys.
 
 Same contract as `reference.sink_ring_attention` (layouts and positions in
 reference.py): a chunk of T queries per stream attends, causally, over the
@@ -6,15 +6,20 @@ shared sinks, the stream's ring read in place from the pool through `slots`
 (no gather copy) and the chunk's own keys. Returns (out [B, H, T, D] in q's
 dtype, lse [B, H, T] fp32, natural log).
 
+No RoPE here: every key is stored rotated, once, when it is written (the engine
+rotates it at the stream's token position, the sinks at 0..S-1), and the caller
+passes each query rotated twice: q_win for the ring and the chunk, q_sink for the
+sinks (reference.py says at which positions). So the kernel is plain masked
+attention with one dot of depth D per key block, and a key costs only its K/V
+bytes: when the kernel rotated keys it also read their fp32 cos/sin rows, as
+many bytes again as bf16 K/V (docs/gpu/README.md's next suspect for the 70% of
+HBM peak).
+
 One program owns one (stream, kv head) and BLOCK_M query rows, a row being a
 (token t, query head g) pair of that kv head's group: with T = 1 (decode)
 every K/V byte is read from memory once for all G query heads (GQA). It runs
 flash-style: an online softmax over key blocks, sinks first, then the ring's
-filled slots oldest to newest, then the chunk. RoPE uses cache-relative
-positions (reference.py): window keys and queries at the chunk-relative index
-+ L, sinks at 0..S-1 with the query rotated again at its true position. Each
-key is rotated once per program, as two halves, so the score is two dots of
-depth D/2 (one dot over both halves when D/2 < 16, the least depth of a dot).
+filled slots oldest to newest, then the chunk.
 
 An int8 ring (`ring_scales` given: the engine's `int8_ring`) is read as int8 and
 dequantized in the kernel, each key and value times its (token, kv head) scale, as
@@ -35,25 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from logstream.kernels.ring_write import scale_args
+from logstream.kernels.ring_write import same_layout, scale_args
 
 _LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _rope_halves(x1, x2, COS, SIN, pos, h, stride_p, mask):
-    """Rotate halves x1, x2 [R, HALF] at positions pos [R]; returns them in fp32.
-
-    HF rotate_half layout: x1 * cos - x2 * sin, x2 * cos + x1 * sin. The tables
-    repeat each row's frequencies in both halves (`reference.rope_tables`), so
-    only the first half is read: half the table traffic.
-    """
-    at = pos[:, None] * stride_p + h[None, :]  # [R, HALF]
-    c = tl.load(COS + at, mask=mask, other=0.0)
-    s = tl.load(SIN + at, mask=mask, other=0.0)
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
-    return x1 * c - x2 * s, x2 * c + x1 * s
 
 
 @triton.jit
@@ -67,62 +56,52 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, DOT_F32: tl.constexpr):
 
 
 @triton.jit
+def _load_kv(X, off, SCALE, scale_off, valid, SCALED: tl.constexpr):
+    """Keys or values [N, D] at X + off [N, D], rows `valid` [N] (others 0). SCALED: X is
+    int8 and each row is returned in fp32 times its scale at SCALE + scale_off [N]."""
+    x = tl.load(X + off, mask=valid[:, None], other=0.0)
+    if SCALED:
+        x = x.to(tl.float32) * tl.load(SCALE + scale_off, mask=valid, other=0.0)[:, None]
+    return x
+
+
+@triton.jit
 def _attend_block(
-    acc, m_i, l_i, q1, q2, K, V, K_SCALE, V_SCALE, COS, SIN, key_off, scale_off, pos_k, visible, valid_k,
-    s_kd, stride_p, qk_scale,
-    HALF: tl.constexpr, SCALED: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
+    acc, m_i, l_i, q, K, V, K_SCALE, V_SCALE, key_off, scale_off, visible, valid_k, s_kd, qk_scale,
+    D: tl.constexpr, SCALED: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
-    """One online-softmax step over a block of keys.
+    """One online-softmax step of the rows q [M, D] over a block of keys.
 
     key_off [N]: element offsets of the keys (pool/sink/chunk layout folded in);
-    pos_k [N]: their RoPE positions; visible [M, N]: which rows see which keys.
+    visible [M, N]: which rows see which keys; valid_k [N]: which keys exist.
     SCALED: K and V are int8, each key's value times K_SCALE / V_SCALE at scale_off [N].
-    acc [M, 2 * HALF], m_i and l_i [M] are carried in fp32, m_i in log2 units.
+    acc [M, D], m_i and l_i [M] are carried in fp32, m_i in log2 units.
     """
-    h = tl.arange(0, HALF)
-    kmask = valid_k[:, None]
-    k_ptr = K + key_off[:, None] + h[None, :] * s_kd  # [N, HALF]
-    k1 = tl.load(k_ptr, mask=kmask, other=0.0)
-    k2 = tl.load(k_ptr + HALF * s_kd, mask=kmask, other=0.0)
-    if SCALED:
-        k_scale = tl.load(K_SCALE + scale_off, mask=valid_k, other=0.0)[:, None]  # [N, 1] fp32
-        k1 = k1.to(tl.float32) * k_scale
-        k2 = k2.to(tl.float32) * k_scale
-    k1, k2 = _rope_halves(k1, k2, COS, SIN, pos_k, h, stride_p, kmask)
-    dt = q1.dtype
-    if HALF >= 16:
-        qk = _dot(q1, tl.trans(k1.to(dt)), None, PRECISION, DOT_F32)  # [M, N]
-        qk = _dot(q2, tl.trans(k2.to(dt)), qk, PRECISION, DOT_F32)
-    else:  # a dot's depth must be >= 16 (Triton 3.6, sm_90): one dot over the halves side by side
-        q = tl.reshape(tl.join(q1, q2), (q1.shape[0], 2 * HALF))  # [M, D], halves interleaved
-        k = tl.reshape(tl.join(k1.to(dt), k2.to(dt)), (k1.shape[0], 2 * HALF))  # [N, D], the same order
-        qk = _dot(q, tl.trans(k), None, PRECISION, DOT_F32)  # [M, N]
+    kv_off = key_off[:, None] + tl.arange(0, D)[None, :] * s_kd  # [N, D]
+    k = _load_kv(K, kv_off, K_SCALE, scale_off, valid_k, SCALED).to(q.dtype)
+    qk = _dot(q, tl.trans(k), None, PRECISION, DOT_F32)  # [M, N], one dot of depth D
     qk = tl.where(visible, qk * qk_scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     p = tl.math.exp2(qk - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
-    d = tl.arange(0, 2 * HALF)
-    v = tl.load(V + key_off[:, None] + d[None, :] * s_kd, mask=kmask, other=0.0)  # [N, D]
-    if SCALED:
-        v = (v.to(tl.float32) * tl.load(V_SCALE + scale_off, mask=valid_k, other=0.0)[:, None]).to(dt)
+    v = _load_kv(V, kv_off, V_SCALE, scale_off, valid_k, SCALED).to(q.dtype)  # [N, D]
     acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION, DOT_F32)
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
 
 @triton.jit
 def _sink_ring_attention_kernel(
-    Q, K_NEW, V_NEW, SINK_K, SINK_V, RING_K, RING_V, K_SCALE, V_SCALE, SLOTS, HEAD, FILL, COS, SIN,
+    Q_WIN, Q_SINK, K_NEW, V_NEW, SINK_K, SINK_V, RING_K, RING_V, K_SCALE, V_SCALE, SLOTS, HEAD, FILL,
     OUT, LSE,
-    s_qb, s_qh, s_qt, s_qd,  # q [B, H, T, D]
+    s_qb, s_qh, s_qt, s_qd,  # q_win/q_sink [B, H, T, D]
     s_nb, s_nh, s_nt, s_nd,  # k_new/v_new [B, Hkv, T, D]
     s_sh, s_ss, s_sd,  # sink_k/sink_v [Hkv, S, D]
     s_rn, s_rh, s_rl, s_rd,  # ring_k/ring_v [N, Hkv, L, D]
     s_cn, s_ch, s_cl,  # int8 ring's scales [N, Hkv, L, 1]
     s_os, s_ob, s_oh, s_ot,  # out [splits, B, H, T, D] (last dim contiguous)
     s_ls, s_lb, s_lh,  # lse [splits, B, H, T] (last dim contiguous)
-    stride_p,  # cos/sin [P, D] row stride (last dim contiguous)
     T, S, L, Hkv, qk_scale,
-    G: tl.constexpr, HALF: tl.constexpr, SPLITS: tl.constexpr, RING_INT8: tl.constexpr,
+    G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, RING_INT8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0) // Hkv
@@ -135,41 +114,34 @@ def _sink_ring_attention_kernel(
     t = r // G
     qh = kvh * G + r % G
     row_ok = r < T * G
-    h = tl.arange(0, HALF)
+    d = tl.arange(0, D)
     slot = tl.load(SLOTS + b)
     head = tl.load(HEAD + b)
     fill = tl.load(FILL + b)
+    q_off = b * s_qb + qh[:, None] * s_qh + t[:, None] * s_qt + d[None, :] * s_qd  # [M, D]
 
-    q_ptr = Q + b * s_qb + qh[:, None] * s_qh + t[:, None] * s_qt + h[None, :] * s_qd
-    q1 = tl.load(q_ptr, mask=row_ok[:, None], other=0.0)  # [M, HALF]
-    q2 = tl.load(q_ptr + HALF * s_qd, mask=row_ok[:, None], other=0.0)
-    dt = q1.dtype
-    # Window frame: query t at L + t. Sink frame: the true position S + W_t - 1.
-    qw1, qw2 = _rope_halves(q1, q2, COS, SIN, L + t, h, stride_p, row_ok[:, None])
-    qw1, qw2 = qw1.to(dt), qw2.to(dt)
-    pos_sink_q = S + tl.minimum(fill + t + 1, L) - 1
-    qs1, qs2 = _rope_halves(q1, q2, COS, SIN, pos_sink_q, h, stride_p, row_ok[:, None])
-    qs1, qs2 = qs1.to(dt), qs2.to(dt)
-
-    acc = tl.zeros([BLOCK_M, 2 * HALF], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: a fully masked block is a no-op
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     n = tl.arange(0, BLOCK_N)
 
-    # Sinks (split 0): keys at positions 0..S-1, seen by every row.
+    # Sinks (split 0), seen by every row, scored with q_sink (rotated for the sinks' frame).
+    q_sink = tl.load(Q_SINK + q_off, mask=row_ok[:, None], other=0.0)  # [M, D]
     sink_base = kvh * s_sh
     s_end = tl.where(split == 0, S, 0)
     for s0 in range(0, s_end, BLOCK_N):
         s = s0 + n
         ok = s < S
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qs1, qs2, SINK_K + sink_base, SINK_V + sink_base, K_SCALE, V_SCALE, COS, SIN,
-            s * s_ss, s, s, row_ok[:, None] & ok[None, :], ok, s_sd, stride_p, qk_scale,
-            HALF, False, PRECISION, DOT_F32,
+            acc, m_i, l_i, q_sink, SINK_K + sink_base, SINK_V + sink_base, K_SCALE, V_SCALE, s * s_ss, s,
+            row_ok[:, None] & ok[None, :], ok, s_sd, qk_scale, D, False, PRECISION, DOT_F32,
         )  # fmt: skip
 
-    # Ring: the j-th oldest filled entry (j < fill) has age fill - j, slot (head - age) mod L,
-    # window position L - age; row t sees it if t + age <= L - 1. Split-K cuts j into ranges.
+    # Ring and chunk: scored with q_win, rotated in the same frame as the keys written.
+    q_win = tl.load(Q_WIN + q_off, mask=row_ok[:, None], other=0.0)  # [M, D]
+
+    # Ring: the j-th oldest filled entry (j < fill) has age fill - j, slot (head - age) mod L;
+    # row t sees it if t + age <= L - 1. Split-K cuts j into ranges.
     per_split = tl.cdiv(fill, SPLITS)
     j_lo = split * per_split
     j_hi = tl.minimum(j_lo + per_split, fill)
@@ -181,13 +153,13 @@ def _sink_ring_attention_kernel(
         age = fill - j
         ring_slot = (head - age + L) % L
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qw1, qw2, RING_K + ring_base, RING_V + ring_base,
-            K_SCALE + scale_base, V_SCALE + scale_base, COS, SIN, ring_slot * s_rl, ring_slot * s_cl,
-            L - age, (t[:, None] + age[None, :] <= L - 1) & ok[None, :], ok,
-            s_rd, stride_p, qk_scale, HALF, RING_INT8, PRECISION, DOT_F32,
+            acc, m_i, l_i, q_win, RING_K + ring_base, RING_V + ring_base,
+            K_SCALE + scale_base, V_SCALE + scale_base, ring_slot * s_rl, ring_slot * s_cl,
+            (t[:, None] + age[None, :] <= L - 1) & ok[None, :], ok,
+            s_rd, qk_scale, D, RING_INT8, PRECISION, DOT_F32,
         )  # fmt: skip
 
-    # Chunk (last split): key j at L + j, causal; this block's rows need keys j <= t_max.
+    # Chunk (last split): causal; this block's rows need keys j <= t_max.
     chunk_base = b * s_nb + kvh * s_nh
     t_max = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // G, T - 1)
     c_end = tl.where(split == SPLITS - 1, t_max + 1, 0)
@@ -195,9 +167,8 @@ def _sink_ring_attention_kernel(
         j = c0 + n
         ok = j < T
         acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, qw1, qw2, K_NEW + chunk_base, V_NEW + chunk_base, K_SCALE, V_SCALE, COS, SIN,
-            j * s_nt, j, L + j, (j[None, :] <= t[:, None]) & ok[None, :], ok,
-            s_nd, stride_p, qk_scale, HALF, False, PRECISION, DOT_F32,
+            acc, m_i, l_i, q_win, K_NEW + chunk_base, V_NEW + chunk_base, K_SCALE, V_SCALE, j * s_nt, j,
+            (j[None, :] <= t[:, None]) & ok[None, :], ok, s_nd, qk_scale, D, False, PRECISION, DOT_F32,
         )  # fmt: skip
 
     # A split that saw no key (l = 0) leaves out = 0 and lse = -inf for the merge.
@@ -205,7 +176,6 @@ def _sink_ring_attention_kernel(
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse2 = m_i + tl.log2(tl.where(seen, l_i, 1.0))  # log2 units
     lse = tl.where(seen, lse2 * 0.6931471805599453, -float("inf"))
-    d = tl.arange(0, 2 * HALF)
     o_ptr = OUT + split * s_os + b * s_ob + qh[:, None] * s_oh + t[:, None] * s_ot + d[None, :]
     tl.store(o_ptr, out, mask=row_ok[:, None])
     tl.store(LSE + split * s_ls + b * s_lb + qh * s_lh + t, lse, mask=row_ok)
@@ -268,7 +238,8 @@ def _pick_splits(programs: int, L: int, device: torch.device) -> int:
 
 
 def sink_ring_attention(
-    q: torch.Tensor,
+    q_win: torch.Tensor,
+    q_sink: torch.Tensor,
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     sink_k: torch.Tensor,
@@ -278,19 +249,17 @@ def sink_ring_attention(
     slots: torch.Tensor,
     head: torch.Tensor,
     fill: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
     *,
     ring_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
     num_splits: int | None = None,
     launch: tuple[int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention of a chunk over sinks + ring + itself (see reference.py).
+    """Causal attention of a chunk over sinks + ring + itself, keys and queries rotated (see reference.py).
 
-    q [B, H, T, D], k_new/v_new [B, Hkv, T, D], sink_k/sink_v [Hkv, S, D],
-    ring_k/ring_v [N, Hkv, L, D] (any strides; ring_k/ring_v share one layout),
-    slots/head/fill [B] int64, cos/sin [P, D] fp32 with P >= max(S + L, L + T)
-    in the HF layout of `reference.rope_tables` (both halves of a row equal).
+    q_win/q_sink [B, H, T, D] (one layout): the queries rotated for the ring and chunk and for
+    the sinks. k_new/v_new [B, Hkv, T, D], sink_k/sink_v [Hkv, S, D],
+    ring_k/ring_v [N, Hkv, L, D] (any strides; each pair shares one layout, `same_layout`),
+    slots/head/fill [B] int64.
     `ring_scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8, key i of it
     ring_k[..., i, :] x k_scale[..., i, :] (`reference.dequantize_int8`).
     `num_splits` overrides the split-K heuristic (1 on CPU), `launch` the (key block,
@@ -298,34 +267,30 @@ def sink_ring_attention(
     call can be captured in a CUDA graph. Returns (out [B, H, T, D] in q's
     dtype, lse [B, H, T] fp32).
     """
-    B, H, T, D = q.shape
+    B, H, T, D = q_win.shape
     Hkv, S = sink_k.shape[0], sink_k.shape[1]
-    N, _, L, _ = ring_k.shape
-    dtype = q.dtype
+    N, L = ring_k.shape[0], ring_k.shape[2]
+    dtype = q_win.dtype
     assert dtype in (torch.float32, torch.bfloat16, torch.float16), f"unsupported dtype {dtype}"
     assert H % Hkv == 0, f"{H} query heads are not a multiple of {Hkv} kv heads"
-    assert k_new.shape == v_new.shape == (B, Hkv, T, D), "k_new/v_new must be [B, Hkv, T, D]"
-    assert k_new.stride() == v_new.stride(), "k_new and v_new must share a layout"
-    assert sink_k.shape == sink_v.shape == (Hkv, S, D), "sink_k/sink_v must be [Hkv, S, D]"
-    assert sink_k.stride() == sink_v.stride(), "sink_k and sink_v must share a layout"
-    assert ring_k.shape == ring_v.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
-    assert ring_k.stride() == ring_v.stride(), "ring_k and ring_v must share a layout"
+    assert k_new.shape == (B, Hkv, T, D), "k_new/v_new must be [B, Hkv, T, D]"
+    assert sink_k.shape == (Hkv, S, D), "sink_k/sink_v must be [Hkv, S, D]"
+    assert ring_k.shape == (N, Hkv, L, D), "ring_k/ring_v must be [N, Hkv, L, D]"
+    for a, b in ((q_win, q_sink), (k_new, v_new), (sink_k, sink_v), (ring_k, ring_v)):
+        assert same_layout(a, b), "each pair (q_win/q_sink, k_new/v_new, sinks, rings) shares one layout"
     ring_dtype = dtype if ring_scales is None else torch.int8
     assert ring_k.dtype == ring_v.dtype == ring_dtype, (
         f"the ring must be {ring_dtype} (int8 with ring_scales)"
     )
     k_scale, v_scale, scale_strides = scale_args(ring_k, ring_scales)
-    assert all(x.dtype == dtype for x in (k_new, v_new, sink_k, sink_v)), "q, K/V and sinks share one dtype"
+    assert all(x.dtype == dtype for x in (q_sink, k_new, v_new, sink_k, sink_v)), (
+        "queries, K/V and sinks share one dtype"
+    )
     assert slots.shape == head.shape == fill.shape == (B,), "slots/head/fill must be [B]"
     assert slots.dtype == head.dtype == fill.dtype == torch.int64, "slots/head/fill: int64"
+    # q @ k^T is one dot of depth D, and a dot's depth must be >= 16 (Triton 3.6, sm_90).
     assert D >= 16 and D & (D - 1) == 0, f"head_dim {D} must be a power of two >= 16"
-    if q.is_cuda and dtype != torch.float32:
-        assert D >= 32, "16-bit tl.dot needs depth D/2 >= 16, so head_dim >= 32"
     assert 1 <= T <= L, f"chunk of {T} tokens must be 1..L={L}"
-    assert cos.shape == sin.shape and cos.shape[1] == D, "cos/sin must be [P, D]"
-    assert cos.dtype == sin.dtype == torch.float32, "cos/sin must be fp32"
-    assert cos.stride() == sin.stride() and cos.stride(1) == 1, "cos/sin: one contiguous layout"
-    assert cos.shape[0] >= max(S + L, L + T), f"RoPE tables need >= {max(S + L, L + T)} rows"
 
     G = H // Hkv
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -335,27 +300,27 @@ def sink_ring_attention(
     block_m = max(16, min(triton.next_power_of_2(T * G), max_rows))
     block_n, num_warps, num_stages = launch or _launch_config(D, block_m, dtype)
     programs = triton.cdiv(T * G, block_m) * B * Hkv
-    splits = num_splits or _pick_splits(programs, L, q.device)
+    splits = num_splits or _pick_splits(programs, L, q_win.device)
     assert splits >= 1, "num_splits must be >= 1"
 
     sink_strides = sink_k.stride()
     if S == 0:  # no sinks: the loop never reads them, but a launch needs a real pointer
         sink_k, sink_v = ring_k, ring_v
-    out = torch.empty(B, H, T, D, device=q.device, dtype=dtype)
-    lse = torch.empty(B, H, T, device=q.device, dtype=torch.float32)
+    out = torch.empty(B, H, T, D, device=q_win.device, dtype=dtype)
+    lse = torch.empty(B, H, T, device=q_win.device, dtype=torch.float32)
     if splits == 1:  # write the result directly
         part_out, part_lse = out[None], lse[None]
     else:
-        part_out = torch.empty(splits, B, H, T, D, device=q.device, dtype=torch.float32)
-        part_lse = torch.empty(splits, B, H, T, device=q.device, dtype=torch.float32)
+        part_out = torch.empty(splits, B, H, T, D, device=q_win.device, dtype=torch.float32)
+        part_lse = torch.empty(splits, B, H, T, device=q_win.device, dtype=torch.float32)
     grid = (B * Hkv, triton.cdiv(T * G, block_m), splits)
     _sink_ring_attention_kernel[grid](
-        q, k_new, v_new, sink_k, sink_v, ring_k, ring_v, k_scale, v_scale, slots, head, fill, cos, sin,
+        q_win, q_sink, k_new, v_new, sink_k, sink_v, ring_k, ring_v, k_scale, v_scale, slots, head, fill,
         part_out, part_lse,
-        *q.stride(), *k_new.stride(), *sink_strides, *ring_k.stride(), *scale_strides,
-        *part_out.stride()[:4], *part_lse.stride()[:3], cos.stride(0),
+        *q_win.stride(), *k_new.stride(), *sink_strides, *ring_k.stride(), *scale_strides,
+        *part_out.stride()[:4], *part_lse.stride()[:3],
         T, S, L, Hkv, D**-0.5 * _LOG2E,
-        G=G, HALF=D // 2, SPLITS=splits, RING_INT8=ring_scales is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+        G=G, D=D, SPLITS=splits, RING_INT8=ring_scales is not None, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32", DOT_F32=interpret,
         num_warps=num_warps, num_stages=num_stages,
         enable_fp_fusion=True,  # a * b + c as one FMA: Triton's default until 3.10 turns it off
