@@ -4,8 +4,9 @@ An eager step of a small model is bound by kernel launches: on the H200, one ste
 at one stream took 3,352 µs eager and 293 µs replayed from a graph (docs/gpu/README.md). A
 graph replays fixed shapes, so `BucketedStep` pads each step: streams to the next power of two,
 tokens to the next power of two up to the engine's chunk. A padding row has chunk_len 0 and
-position 0 (so fill 0): it reads no ring entry and writes none, so it may name any slot. Padding tokens come
-after a row's last real one, and causal attention keeps them out of the real tokens' view.
+position 0 (so fill 0): it reads no ring entry and writes none, so it may name any slot.
+Padding tokens come after a row's last real one, and causal attention keeps them out of the
+real tokens' view.
 One graph per (streams, tokens) bucket, captured on first use, all in one memory pool.
 
     engine.step_fn = BucketedStep(engine)                 # CUDA: capture, then replay

@@ -314,8 +314,7 @@ class StreamingEngine:
         """Host bookkeeping around one device step over a ragged batch: slots [B], tokens [B, T]
         (0 after each chunk), chunk_len [B] -> token NLL [B, T]; the streams' positions and next
         log-probs move on."""
-        position = self.position[slots]
-        fill = np.minimum(position, self.window)
+        position, fill = self.position[slots], self.fill[slots]
         # blocks after the first see the L - 1 keys before them (kernels/flash_cpu.py)
         ring_len = self.ring_len(fill) if self.chunk_tokens >= tokens.shape[1] else self.window - 1
         # [3, B]: slots, position, chunk_len; rows contiguous (kernels take pointers)

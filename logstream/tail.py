@@ -366,7 +366,7 @@ class OnlineTail:
         self._flagged_since = 0
         self._since_refit += 1
         if self._since_refit >= self._refit_every:
-            flagged = sum(self._flagged_before)
-            censored = min(flagged, round(rate * (len(self._recent) + flagged)))
+            flagged_lines = sum(self._flagged_before)
+            censored = min(flagged_lines, round(rate * (len(self._recent) + flagged_lines)))
             self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max, censored=censored)
             self._since_refit = 0
