@@ -64,16 +64,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(x.dtype)
 
 
-def target_nll(logits: torch.Tensor, targets: torch.Tensor, fused: bool | None = None) -> torch.Tensor:
-    """-log p(target) = logsumexp(logits) - logits[target]: logits [..., V] fp32, targets [...]
-    -> [...]. `fused` (the default on a CPU) takes torch's log-softmax and gathers: one fused
-    pass, where torch's CPU logsumexp makes several (max, subtract, exp, sum, log) and cost
-    2.5x as much at V = 2,048 (docs/benchmarks.md). On a GPU logsumexp writes no [..., V] tensor."""
+def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor, fused: bool | None = None) -> torch.Tensor:
+    """-log p(each next token) = logsumexp(logits) - logit[target] at each position but the last:
+    logits [B, T, V] fp32, tokens [B, T] -> [B, T - 1], position j scoring tokens[:, j + 1].
+
+    `fused` (the default on a CPU) takes torch's log-softmax and gathers: one fused pass, where
+    torch's CPU logsumexp makes several (max, subtract, exp, sum, log) and cost 2.5x as much at
+    V = 2,048. It runs over the whole contiguous logits: on the [:, :-1] view torch's CPU
+    log-softmax took 5x as long (docs/benchmarks.md). On a GPU logsumexp writes no [B, T, V] tensor.
+    """
     if fused is None:
         fused = not logits.is_cuda
+    targets = tokens[:, 1:, None]  # [B, T - 1, 1]
     if fused:
-        return -torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
-    return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[..., None])[..., 0]
+        return -torch.log_softmax(logits, dim=-1)[:, :-1].gather(-1, targets)[..., 0]
+    logits = logits[:, :-1]
+    return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets)[..., 0]
 
 
 class StreamingEngine:
@@ -253,7 +259,7 @@ class StreamingEngine:
         bucket, L - 1. `fill_all`: every stream holds at least `ring_len` entries (a host fact),
         so the CPU path shares one mask.
 
-        Only the target's log-prob is needed per token (`target_nll`); full log-probs only for
+        Only the target's log-prob is needed per token (`next_token_nll`); full log-probs only for
         the B last positions.
         """
         B, T = tokens.shape
@@ -291,7 +297,7 @@ class StreamingEngine:
         logits = self.model.lm_head(h).float()  # [B, T, V]
         # Token j is predicted by position j - 1; the first by the stream's previous step.
         nll_first = -previous.gather(-1, tokens[:, :1])  # [B, 1]
-        nll_rest = target_nll(logits[:, :-1], tokens[:, 1:])  # [B, T-1]
+        nll_rest = next_token_nll(logits, tokens)  # [B, T-1]
         nll = torch.cat([nll_first, nll_rest], dim=1)  # [B, T]
         rows = torch.arange(B, device=tokens.device)
         # [B, V]; a padding row of a bucketed step (chunk_len 0, cuda_graphs.py) reads position 0

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine, rms_norm, target_nll
+from logstream.engine import StreamingEngine, next_token_nll, rms_norm
 from logstream.kernels.reference import apply_rope, rope_at
 
 VOCAB = 97
@@ -142,16 +142,17 @@ def test_rope_at_a_stream_position_of_billions_scores_as_at_zero() -> None:
         assert abs(score(start) - at_zero) <= 1e-5 * (1 + abs(at_zero)), start
 
 
-def test_target_nll_both_ways_is_cross_entropy() -> None:
-    """-log p(target) by the CPU's fused log-softmax and by the GPU's logsumexp, on the same
-    logits: both are the cross-entropy of each position."""
+def test_next_token_nll_both_ways_is_cross_entropy() -> None:
+    """-log p(next token) by the CPU's fused log-softmax and by the GPU's logsumexp, on the same
+    logits: both are the cross-entropy of each position against the token after it."""
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 7, 2048, generator=generator) * 4  # [B, T, V]
-    targets = torch.randint(0, 2048, (3, 7), generator=generator)
-    want = F.cross_entropy(logits.reshape(-1, 2048), targets.reshape(-1), reduction="none").view(3, 7)
+    tokens = torch.randint(0, 2048, (3, 7), generator=generator)
+    want = F.cross_entropy(logits[:, :-1].reshape(-1, 2048), tokens[:, 1:].reshape(-1), reduction="none")
+    want = want.view(3, 6)
     for fused in (True, False):
-        torch.testing.assert_close(target_nll(logits, targets, fused=fused), want, rtol=0, atol=1e-5)
-    torch.testing.assert_close(target_nll(logits, targets), want, rtol=0, atol=1e-5)  # the CPU's default
+        torch.testing.assert_close(next_token_nll(logits, tokens, fused=fused), want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(next_token_nll(logits, tokens), want, rtol=0, atol=1e-5)  # the CPU's default
 
 
 def test_cache_bytes_constant_while_stream_grows() -> None:

@@ -3,7 +3,8 @@
 The same cases as the Triton tests, run directly (no interpreter): wrap-around, partial and
 empty rings, ragged fills, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a
 power of two; the live-ring bound and the shared mask give the same numbers as the defaults;
-a chunk longer than the ring, in blocks, gives the reference's numbers block by block.
+a chunk longer than the ring, in blocks, gives the reference's numbers block by block. Most of
+these key counts are not multiples of 16, so the masked key padding is in every case.
 """
 
 from __future__ import annotations
@@ -56,13 +57,23 @@ def test_ring_len_bound_and_shared_mask_change_nothing() -> None:
     inputs = make_inputs(c, fill=[c.L] * 3, head=[0, 17, 99])
     want = flash_cpu.sink_ring_attention(**inputs)
     for R in (c.L - 1, 99):
-        bias = flash_cpu.window_bias(None, c.T, R, c.L, c.dtype)  # [1, 1, T, R + T]
+        bias = flash_cpu.window_bias(None, c.T, R, c.L, c.dtype)  # [1, 1, T, R + T + E]
         got = flash_cpu.sink_ring_attention(**inputs, ring_len=R, bias=bias)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     partial = make_inputs(c, fill=[40, 3, 0], head=[40, 3, 0])
     want = flash_cpu.sink_ring_attention(**partial)  # R = max fill = 40
     got = flash_cpu.sink_ring_attention(**partial, ring_len=64)  # rounded up: extra entries masked
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("R", "T"), [(127, 128), (2047, 256), (40, 7), (0, 1), (64, 64)])
+def test_window_keys_padded_to_a_multiple_and_masked(R: int, T: int) -> None:
+    """The window mask spans R + T keys padded to a multiple of KEY_MULTIPLE (torch's CPU kernel
+    runs those fastest), and no query sees a padding key."""
+    bias = flash_cpu.window_bias(None, T, R, 2048, torch.float32)
+    E = bias.shape[-1] - (R + T)
+    assert bias.shape[-1] % flash_cpu.KEY_MULTIPLE == 0 and 0 <= E < flash_cpu.KEY_MULTIPLE
+    assert torch.isneginf(bias[..., R + T :]).all()
 
 
 def test_blocks_equal_the_reference_one_block_at_a_time() -> None:

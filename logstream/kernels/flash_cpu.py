@@ -24,12 +24,23 @@ when few streams are active) is cut into blocks of P <= L queries, each a row of
 block b sees the R = L - 1 keys before it and itself, X[bP : bP + R + P] of X = [ring; chunk].
 That is the window of P queries that a step of its own would see, so a step of n blocks does
 the attention of n steps at once, in one kernel call, with no extra work per query.
+
+Key padding: torch's CPU flash kernel runs a key sequence whose length is a multiple of 16 up to
+1.8x faster than one key shorter (255 window keys, 95 sinks; docs/benchmarks.md). So both calls
+take zero keys up to the next multiple of `KEY_MULTIPLE`, masked: their order is free.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+KEY_MULTIPLE = 16
+
+
+def key_padding(n: int) -> int:
+    """The masked keys that take a sequence of n keys to a multiple of KEY_MULTIPLE."""
+    return -n % KEY_MULTIPLE
 
 
 def flash(
@@ -69,14 +80,13 @@ def unblocks(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return x.reshape(B, H, nb * P, *x.shape[4:])[:, :, :T]
 
 
-def windows(x: torch.Tensor, R: int, P: int) -> torch.Tensor:
-    """x [B, Hkv, R + T, D] -> [B * nb, Hkv, R + P, D]: block b's keys, x[:, :, bP : bP + R + P]."""
+def windows(x: torch.Tensor, nb: int, P: int, size: int) -> torch.Tensor:
+    """x [B, Hkv, N, D] -> [B * nb, Hkv, size, D]: block b's keys, x[:, :, bP : bP + size], zeros past N."""
     B, Hkv, N, D = x.shape
-    nb = -(-(N - R) // P)
-    if nb == 1:
+    if nb == 1 and size == N:
         return x
-    x = F.pad(x, (0, 0, 0, R + nb * P - N))
-    return x.unfold(2, R + P, P).permute(0, 2, 1, 4, 3).reshape(B * nb, Hkv, R + P, D)
+    x = F.pad(x, (0, 0, 0, (nb - 1) * P + size - N))
+    return x.unfold(2, size, P).permute(0, 2, 1, 4, 3).reshape(B * nb, Hkv, size, D)
 
 
 def block_fill(fill: torch.Tensor, T: int, P: int) -> torch.Tensor:
@@ -86,11 +96,12 @@ def block_fill(fill: torch.Tensor, T: int, P: int) -> torch.Tensor:
 
 
 def window_bias(fill: torch.Tensor | None, T: int, R: int, L: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask [B, 1, T, R + T]: 0 where query t sees window key i, -inf elsewhere.
+    """Additive mask [B, 1, T, R + T + E]: 0 where query t sees window key i, -inf elsewhere.
 
     Ring key i (age R - i) is visible if filled (age <= fill) and within the window
-    (t + age <= L - 1); chunk key j if j <= t (causal). `fill=None` means every stream has
-    at least R entries: then the mask is the same for all streams, [1, 1, T, R + T].
+    (t + age <= L - 1); chunk key j if j <= t (causal); the E = `key_padding(R + T)` keys
+    after them never. `fill=None` means every stream has at least R entries: then the mask
+    is the same for all streams, [1, 1, T, R + T + E].
     """
     device = fill.device if fill is not None else None
     t = torch.arange(T, device=device)
@@ -99,9 +110,10 @@ def window_bias(fill: torch.Tensor | None, T: int, R: int, L: int, dtype: torch.
     if fill is not None:
         ring_visible = ring_visible & (age[None, None, :] <= fill[:, None, None])  # [B, T, R]
     causal = (t[None, :] <= t[:, None]).expand(ring_visible.shape[0], T, T)  # [B, T, T]
-    visible = torch.cat([ring_visible, causal], dim=-1)  # [B, T, R + T]
+    padding = causal.new_zeros(()).expand(ring_visible.shape[0], T, key_padding(R + T))  # [B, T, E]
+    visible = torch.cat([ring_visible, causal, padding], dim=-1)  # [B, T, R + T + E]
     bias = torch.zeros(visible.shape, device=device, dtype=dtype)
-    return bias.masked_fill_(~visible, float("-inf"))[:, None]  # [B, 1, T, R + T]
+    return bias.masked_fill_(~visible, float("-inf"))[:, None]  # [B, 1, T, R + T + E]
 
 
 def sink_ring_attention(
@@ -137,21 +149,29 @@ def sink_ring_attention(
     assert P == T or R == L - 1, "blocks after the first see the L - 1 keys before them"
     scale = D**-0.5
 
-    # Window: the newest R ring entries, oldest first, then the chunk; in blocks of P queries,
-    # each seeing the R keys before it.
+    # Window: the newest R ring entries, oldest first, then the chunk, then E masked zeros; in
+    # blocks of P queries, each seeing the R keys before it.
+    nb, E = -(-T // P), key_padding(R + P)
     ring_idx = (head[:, None] - R + torch.arange(R, device=q_win.device)[None, :]) % L  # [B, R]
-    k_seq = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new], dim=2)  # [B, Hkv, R+T, D]
-    v_seq = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new], dim=2)
+    zeros = k_new.new_zeros(()).expand(B, k_new.shape[1], E, D)  # k_seq, v_seq: [B, Hkv, R + T + E, D]
+    k_seq = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new, zeros], dim=2)
+    v_seq = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new, zeros], dim=2)
     if bias is None:
         bias = window_bias(block_fill(fill, T, P), P, R, L, q_win.dtype)
-    out, lse = flash(blocks(q_win, P), windows(k_seq, R, P), windows(v_seq, R, P), bias, scale)
+    size = R + P + E
+    out, lse = flash(blocks(q_win, P), windows(k_seq, nb, P, size), windows(v_seq, nb, P, size), bias, scale)
     out, lse = unblocks(out, B, T), unblocks(lse, B, T)  # [B, H, T, D], [B, H, T]
     if S == 0:
         return out, lse
 
-    # Sinks: every query sees all S of them.
-    expand = (B, -1, -1, -1)  # [Hkv, S, D] -> [B, Hkv, S, D], a view
-    out_sink, lse_sink = flash(q_sink, sink_k[None].expand(expand), sink_v[None].expand(expand), None, scale)
+    # Sinks: every query sees all S of them, and none of the E zeros after them.
+    E = key_padding(S)
+    sink_k, sink_v = (F.pad(x, (0, 0, 0, E))[None].expand(B, -1, -1, -1) for x in (sink_k, sink_v))
+    sink_bias = None
+    if E:
+        sink_bias = torch.zeros(1, 1, 1, S + E, device=q_sink.device, dtype=q_sink.dtype)
+        sink_bias[..., S:] = float("-inf")
+    out_sink, lse_sink = flash(q_sink, sink_k, sink_v, sink_bias, scale)
 
     total = torch.logaddexp(lse, lse_sink)  # [B, H, T]
     merged = (
