@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from logstream.allocator import keep_step_memory
 from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
 from logstream.kernels.flash_cpu import block_fill, window_bias
 from logstream.kernels.reference import apply_rope, rope_at
@@ -106,6 +107,8 @@ class StreamingEngine:
     ) -> None:
         config = model.config
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cpu":
+            keep_step_memory()  # a step's tensors stay in glibc's heap (allocator.py)
         self.dtype = dtype
         self.model = model.to(self.device, dtype).eval()
         self.decoder = model.model

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import platform
 
 import numpy as np
 import pytest
@@ -10,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from logstream import allocator
 from logstream.engine import StreamingEngine, next_token_nll, rms_norm
 from logstream.kernels.reference import apply_rope, rope_at
 
@@ -153,6 +157,37 @@ def test_next_token_nll_both_ways_is_cross_entropy() -> None:
     for fused in (True, False):
         torch.testing.assert_close(next_token_nll(logits, tokens, fused=fused), want, rtol=0, atol=1e-5)
     torch.testing.assert_close(next_token_nll(logits, tokens), want, rtol=0, atol=1e-5)  # the CPU's default
+
+
+class MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2`: ten size_t counters."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt and mallinfo2 are glibc's")
+def test_cpu_step_sized_blocks_come_from_the_heap() -> None:
+    """After `keep_step_memory` a 16 MiB block comes from glibc's heap, where the default's low
+    mmap threshold maps fresh pages for it (allocator.py)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.mallinfo2.restype, libc.malloc.restype = MallInfo2, ctypes.c_void_p
+
+    def mapped_blocks_while_holding(size: int) -> int:
+        block = libc.malloc(size)
+        try:
+            return libc.mallinfo2().hblks
+        finally:
+            libc.free(ctypes.c_void_p(block))
+
+    idle = libc.mallinfo2().hblks
+    assert libc.mallopt(allocator.M_MMAP_THRESHOLD, 128 << 10)  # glibc's starting threshold
+    assert mapped_blocks_while_holding(16 << 20) == idle + 1
+    allocator.keep_step_memory.cache_clear()
+    assert allocator.keep_step_memory()
+    assert mapped_blocks_while_holding(16 << 20) == idle
 
 
 def test_cache_bytes_constant_while_stream_grows() -> None:
