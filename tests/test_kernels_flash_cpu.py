@@ -3,8 +3,9 @@
 The same cases as the Triton tests, run directly (no interpreter): wrap-around, partial and
 empty rings, ragged fills, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a
 power of two; the live-ring bound and the shared mask give the same numbers as the defaults;
-a chunk longer than the ring, in blocks, gives the reference's numbers block by block. Most of
-these key counts are not multiples of 16, so the masked key padding is in every case.
+a chunk longer than the ring, in blocks, gives the reference's numbers block by block; with full
+rings the entries every query sees take a call of their own. Most of these key counts are not
+multiples of 16, so the masked key padding is in every case.
 """
 
 from __future__ import annotations
@@ -109,3 +110,40 @@ def test_blocks_equal_the_reference_one_block_at_a_time() -> None:
             )
         reference.ring_write(rings["ring_k"], rings["ring_v"], inputs["slots"], head, k, v, n)
         head, fill = (head + n) % c.L, (fill + n).clamp(max=c.L)
+
+
+def test_take_gathers_each_streams_newest_entries_oldest_first() -> None:
+    """`take(ring, ring_rows(...))` is the advanced index ring[slots, :, (head - R + i) mod L]."""
+    c = Case(B=4, L=37, seed=11)
+    inputs = make_inputs(c, head=[0, 5, 36, 17])
+    ring, slots, head = inputs["ring_k"], inputs["slots"], inputs["head"]
+    for R in (0, 1, 20, c.L - 1):
+        entry = (head[:, None] - R + torch.arange(R)[None, :]) % c.L  # [B, R]
+        want = ring[slots[:, None], :, entry].transpose(1, 2)  # [B, Hkv, R, D]
+        assert torch.equal(flash_cpu.take(ring, flash_cpu.ring_rows(ring.shape, slots, head, R)), want)
+
+
+@pytest.mark.parametrize(
+    ("T", "R", "L", "m"),
+    [(1, 2047, 2048, 2032), (256, 2047, 2048, 1792), (7, 399, 400, 384), (64, 127, 128, 0)],
+)
+def test_open_entries_are_seen_by_every_query(T: int, R: int, L: int, m: int) -> None:
+    """The open entries (ages 1..m, a multiple of KEY_MULTIPLE) are visible to all T queries in
+    the shared mask; fewer than OPEN_MIN (tiny's L = 128) stay in the window call."""
+    assert flash_cpu.open_len(T, R, L) == m
+    bias = flash_cpu.window_bias(None, T, R, L, torch.float32)  # ring columns oldest first
+    assert (bias[..., R - m : R] == 0).all()
+
+
+@pytest.mark.parametrize("S", [0, 4])
+@pytest.mark.parametrize("T", [1, 7, 40])
+def test_open_call_matches_reference(S: int, T: int) -> None:
+    """Full rings, one block: the newest entries go in a call without a mask, and the three
+    (or, without sinks, two) calls merged equal the reference, with the step's shared mask
+    passed in as the engine does and computed by default."""
+    c = Case(B=3, T=T, L=300, S=S, seed=T + S)
+    assert flash_cpu.open_len(T, c.L - 1, c.L) >= flash_cpu.OPEN_MIN  # the case takes the open call
+    inputs = make_inputs(c, fill=[c.L] * 3, head=[0, 123, 299])
+    check(inputs, c.dtype)
+    bias = flash_cpu.window_bias(None, T, c.L - 1, c.L, c.dtype)
+    check(inputs, c.dtype, ring_len=c.L - 1, bias=bias)

@@ -4,13 +4,17 @@ The reference materializes scores [B, H, T, S + L + T] in fp32 and runs five ele
 passes over them (mask, logsumexp, exp, ...): on a CPU that is memory-bound and took 99% of
 the engine's time. Here the scores never leave the cache: torch's CPU flash kernel
 (`_scaled_dot_product_flash_attention_for_cpu`, an online softmax over key blocks, GQA
-native) runs twice and the two halves are merged by their logsumexps:
+native) runs two or three times and the parts are merged by their logsumexps (`merge`):
 
     1. sinks: q_sink against the sink keys (no mask);
     2. window: q_win against the ring's newest R entries gathered oldest first, then the chunk,
-       so that every stream shares one mask (keys come rotated, so their order is free).
-    out = out_1 * exp(lse_1 - lse) + out_2 * exp(lse_2 - lse), lse = logaddexp(lse_1, lse_2).
+       so that every stream shares one mask (keys come rotated, so their order is free);
+    3. open (a step of one block, every stream's ring holding R entries): the newest m of
+       those R entries, which every query sees, leave the window call for one of their own,
+       without a mask (`open_len`); at L = 2048 that is most of the keys.
+    out = sum of out_i * exp(lse_i - lse), lse = logaddexp of the lse_i.
 
+The ring's rows are gathered with one `index_select` over whole rows (`ring_rows`, `take`).
 Two queries can't share one call because their rotations differ (a single call with
 q = [q_sink, q_win] of depth 2D would need K depth != V depth, which the CPU flash kernel does
 not take: it falls back to the slow math path).
@@ -26,8 +30,9 @@ That is the window of P queries that a step of its own would see, so a step of n
 the attention of n steps at once, in one kernel call, with no extra work per query.
 
 Key padding: torch's CPU flash kernel runs a key sequence whose length is a multiple of 16 up to
-1.8x faster than one key shorter (255 window keys, 95 sinks; docs/benchmarks.md). So both calls
-take zero keys up to the next multiple of `KEY_MULTIPLE`, masked: their order is free.
+1.8x faster than one key shorter (255 window keys, 95 sinks; docs/benchmarks.md). So the masked
+calls take zero keys up to the next multiple of `KEY_MULTIPLE` (their order is free), and the
+open call a multiple of it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ import torch
 import torch.nn.functional as F
 
 KEY_MULTIPLE = 16
+# Fewer open ring entries than this stay in the window call: below it the extra call and merge
+# cost more than the mask they save (tiny at L = 128: 64-96 open entries, 2% slower a step).
+OPEN_MIN = 256
 
 
 def key_padding(n: int) -> int:
@@ -59,6 +67,50 @@ def flash(
 def live_ring_len(fill: torch.Tensor, L: int) -> int:
     """R = min(max fill, L - 1): ring entries older than that are invisible to every query."""
     return min(int(fill.max()), L - 1) if fill.numel() else 0
+
+
+def ring_rows(shape: torch.Size, slots: torch.Tensor, head: torch.Tensor, R: int) -> torch.Tensor:
+    """Rows of a ring [N, Hkv, L, D] viewed as [N * Hkv * L, D] that hold each stream's newest R
+    entries, oldest first: slots, head [B] -> [B, Hkv, R]."""
+    _, Hkv, L, _ = shape
+    entry = (head[:, None] - R + torch.arange(R, device=head.device)[None, :]) % L  # [B, R]
+    row = (slots[:, None] * Hkv + torch.arange(Hkv, device=head.device)[None, :]) * L  # [B, Hkv]
+    return row[:, :, None] + entry[:, None, :]
+
+
+def take(ring: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """ring [N, Hkv, L, D], rows [B, Hkv, R] from `ring_rows` -> [B, Hkv, R, D].
+
+    `index_select` over whole rows of D values copies each row at once: 3-4x as fast as the
+    advanced index ring[slots[:, None], :, entry], or x[rows] (docs/benchmarks.md).
+    """
+    D = ring.shape[-1]
+    return ring.view(-1, D).index_select(0, rows.reshape(-1)).view(*rows.shape, D)
+
+
+def open_len(T: int, R: int, L: int) -> int:
+    """m: how many of the newest R ring entries every one of T queries sees (ages 1..m, with
+    t + age <= L - 1 for t < T), rounded down to a multiple of KEY_MULTIPLE; 0 below OPEN_MIN.
+    With one mask for all streams they take a call of their own, without one."""
+    m = min(R, L - T) // KEY_MULTIPLE * KEY_MULTIPLE
+    return m if m >= OPEN_MIN else 0
+
+
+def merge(
+    parts: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over disjoint key sets, each (out [B, H, T, D], lse [B, H, T]), as one over their
+    union: out = sum of out_i * exp(lse_i - lse), lse = logaddexp of all lse_i."""
+    if len(parts) == 1:
+        return parts[0]
+    total = parts[0][1]
+    for _, lse in parts[1:]:
+        total = torch.logaddexp(total, lse)  # [B, H, T]
+    out, lse = parts[0]
+    merged = out.float() * torch.exp(lse - total)[..., None]
+    for out, lse in parts[1:]:
+        merged = merged + out.float() * torch.exp(lse - total)[..., None]
+    return merged.to(dtype), total
 
 
 def blocks(x: torch.Tensor, P: int) -> torch.Tensor:
@@ -137,8 +189,10 @@ def sink_ring_attention(
     Layouts as in reference.py, except that T may exceed L when `block` P (<= L) is given: the
     queries then go in blocks of P (module docstring). `ring_len` (default: from `fill`, a host
     sync; L - 1 with several blocks) and `bias` (default: `window_bias(block_fill(fill, T, P),
-    P, ring_len, L, q_win.dtype)`) may be passed in, so that a caller computes them once per step
-    for all layers.
+    P, ring_len, L, q_win.dtype)`, or with fill None when every fill is at least ring_len) may be
+    passed in, so that a caller computes them once per step for all layers. A bias of one row,
+    `window_bias(None, ...)`, says that every stream holds ring_len entries: then a step of one
+    block takes the open call.
     """
     B, _, T, D = q_win.shape
     S, L = sink_k.shape[1], ring_k.shape[2]
@@ -149,33 +203,39 @@ def sink_ring_attention(
     assert P == T or R == L - 1, "blocks after the first see the L - 1 keys before them"
     scale = D**-0.5
 
-    # Window: the newest R ring entries, oldest first, then the chunk, then E masked zeros; in
-    # blocks of P queries, each seeing the R keys before it.
-    nb, E = -(-T // P), key_padding(R + P)
-    ring_idx = (head[:, None] - R + torch.arange(R, device=q_win.device)[None, :]) % L  # [B, R]
-    zeros = k_new.new_zeros(()).expand(B, k_new.shape[1], E, D)  # k_seq, v_seq: [B, Hkv, R + T + E, D]
-    k_seq = torch.cat([ring_k[slots[:, None], :, ring_idx].transpose(1, 2), k_new, zeros], dim=2)
-    v_seq = torch.cat([ring_v[slots[:, None], :, ring_idx].transpose(1, 2), v_new, zeros], dim=2)
     if bias is None:
-        bias = window_bias(block_fill(fill, T, P), P, R, L, q_win.dtype)
-    size = R + P + E
+        shared = not fill.numel() or int(fill.min()) >= R  # every stream holds the R entries: one mask
+        bias = window_bias(None if shared else block_fill(fill, T, P), P, R, L, q_win.dtype)
+    nb = -(-T // P)
+    m = open_len(T, R, L) if nb == 1 and bias.shape[0] == 1 else 0
+    Hkv, rows = k_new.shape[1], ring_rows(ring_k.shape, slots, head, R)  # [B, Hkv, R]
+    parts = []  # (out [B, H, T, D], lse [B, H, T]) of each call
+
+    # Open: the newest m ring entries, which every query sees; no mask.
+    if m:
+        newest = rows[..., R - m :]
+        parts.append(flash(q_win, take(ring_k, newest), take(ring_v, newest), None, scale))
+
+    # Window: the other R - m ring entries, oldest first, then the chunk, then E masked zeros
+    # (E as for R + T keys: m is a multiple of 16); in blocks of P queries, each seeing the R
+    # keys before it.
+    older, E = rows[..., : R - m], key_padding(R + P)
+    zeros = k_new.new_zeros(()).expand(B, Hkv, E, D)
+    k_seq = torch.cat([take(ring_k, older), k_new, zeros], dim=2)  # [B, Hkv, R - m + T + E, D]
+    v_seq = torch.cat([take(ring_v, older), v_new, zeros], dim=2)
+    if m:  # the mask's columns of the open entries (all 0) go
+        bias = torch.cat([bias[..., : R - m], bias[..., R:]], dim=-1)  # [1, 1, T, R - m + T + E]
+    size = R - m + P + E
     out, lse = flash(blocks(q_win, P), windows(k_seq, nb, P, size), windows(v_seq, nb, P, size), bias, scale)
-    out, lse = unblocks(out, B, T), unblocks(lse, B, T)  # [B, H, T, D], [B, H, T]
-    if S == 0:
-        return out, lse
+    parts.append((unblocks(out, B, T), unblocks(lse, B, T)))  # [B, H, T, D], [B, H, T]
 
     # Sinks: every query sees all S of them, and none of the E zeros after them.
-    E = key_padding(S)
-    sink_k, sink_v = (F.pad(x, (0, 0, 0, E))[None].expand(B, -1, -1, -1) for x in (sink_k, sink_v))
-    sink_bias = None
-    if E:
-        sink_bias = torch.zeros(1, 1, 1, S + E, device=q_sink.device, dtype=q_sink.dtype)
-        sink_bias[..., S:] = float("-inf")
-    out_sink, lse_sink = flash(q_sink, sink_k, sink_v, sink_bias, scale)
-
-    total = torch.logaddexp(lse, lse_sink)  # [B, H, T]
-    merged = (
-        out.float() * torch.exp(lse - total)[..., None]
-        + out_sink.float() * torch.exp(lse_sink - total)[..., None]
-    )
-    return merged.to(q_win.dtype), total
+    if S:
+        E = key_padding(S)
+        sink_k, sink_v = (F.pad(x, (0, 0, 0, E))[None].expand(B, -1, -1, -1) for x in (sink_k, sink_v))
+        sink_bias = None
+        if E:
+            sink_bias = torch.zeros(1, 1, 1, S + E, device=q_sink.device, dtype=q_sink.dtype)
+            sink_bias[..., S:] = float("-inf")
+        parts.append(flash(q_sink, sink_k, sink_v, sink_bias, scale))
+    return merge(parts, q_win.dtype)
