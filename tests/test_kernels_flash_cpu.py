@@ -77,13 +77,20 @@ def test_window_keys_padded_to_a_multiple_and_masked(R: int, T: int) -> None:
     assert torch.isneginf(bias[..., R + T :]).all()
 
 
-def test_blocks_equal_the_reference_one_block_at_a_time() -> None:
-    """A chunk longer than the ring (T = 3 blocks + 2 > L) in one call, in blocks of P queries,
-    equals the reference run a block at a time with each block's K/V written to the ring before
-    the next: ragged lengths over full, partial and empty rings."""
+@pytest.mark.parametrize(
+    ("L", "fill", "head"),
+    [(13, [13, 5, 0], [4, 5, 0]), (300, [300] * 3, [4, 150, 299])],
+    ids=["ragged", "open"],
+)
+def test_blocks_equal_the_reference_one_block_at_a_time(L: int, fill: list[int], head: list[int]) -> None:
+    """A chunk of 3 blocks + 2 (longer than the ring at L = 13) in one call, in blocks of P
+    queries, equals the reference run a block at a time with each block's K/V written to the
+    ring before the next: ragged lengths over full, partial and empty rings; and over full rings
+    at L = 300, where each block's newest keys take the open call."""
     P = 11
-    c = Case(B=3, T=3 * P + 2, L=13, S=4, seed=7)
-    inputs = make_inputs(c, fill=[c.L, 5, 0], head=[4, 5, 0])
+    c = Case(B=3, T=3 * P + 2, L=L, S=4, seed=7)
+    assert (flash_cpu.open_len(P, L - 1, L) > 0) == (L == 300)
+    inputs = make_inputs(c, fill=fill, head=head)
     chunk_len = torch.tensor([c.T, 20, P + 1])  # real tokens per stream; the rest is padding
     got_out, got_lse = flash_cpu.sink_ring_attention(**inputs, block=P)  # type: ignore[arg-type]
     assert got_out.shape == inputs["q_win"].shape and got_lse.shape == inputs["q_win"].shape[:3]

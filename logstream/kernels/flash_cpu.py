@@ -9,8 +9,8 @@ native) runs two or three times and the parts are merged by their logsumexps (`m
     1. sinks: q_sink against the sink keys (no mask);
     2. window: q_win against the ring's newest R entries gathered oldest first, then the chunk,
        so that every stream shares one mask (keys come rotated, so their order is free);
-    3. open (a step of one block, every stream's ring holding R entries): the newest m of
-       those R entries, which every query sees, leave the window call for one of their own,
+    3. open (when every stream's ring holds R entries): the newest m of the R keys before a
+       block of queries, which all of them see, leave the window call for one of their own,
        without a mask (`open_len`); at L = 2048 that is most of the keys.
     out = sum of out_i * exp(lse_i - lse), lse = logaddexp of the lse_i.
 
@@ -133,11 +133,12 @@ def unblocks(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
 
 
 def windows(x: torch.Tensor, nb: int, P: int, size: int) -> torch.Tensor:
-    """x [B, Hkv, N, D] -> [B * nb, Hkv, size, D]: block b's keys, x[:, :, bP : bP + size], zeros past N."""
+    """x [B, Hkv, N, D] -> [B * nb, Hkv, size, D]: block b's keys x[:, :, bP : bP + size], zeros past N."""
     B, Hkv, N, D = x.shape
     if nb == 1 and size == N:
         return x
-    x = F.pad(x, (0, 0, 0, (nb - 1) * P + size - N))
+    need = (nb - 1) * P + size  # the keys nb windows span
+    x = F.pad(x, (0, 0, 0, need - N)) if need > N else x[:, :, :need]
     return x.unfold(2, size, P).permute(0, 2, 1, 4, 3).reshape(B * nb, Hkv, size, D)
 
 
@@ -191,8 +192,8 @@ def sink_ring_attention(
     sync; L - 1 with several blocks) and `bias` (default: `window_bias(block_fill(fill, T, P),
     P, ring_len, L, q_win.dtype)`, or with fill None when every fill is at least ring_len) may be
     passed in, so that a caller computes them once per step for all layers. A bias of one row,
-    `window_bias(None, ...)`, says that every stream holds ring_len entries: then a step of one
-    block takes the open call.
+    `window_bias(None, ...)`, says that every stream holds ring_len entries: then the open call
+    is taken.
     """
     B, _, T, D = q_win.shape
     S, L = sink_k.shape[1], ring_k.shape[2]
@@ -206,36 +207,44 @@ def sink_ring_attention(
     if bias is None:
         shared = not fill.numel() or int(fill.min()) >= R  # every stream holds the R entries: one mask
         bias = window_bias(None if shared else block_fill(fill, T, P), P, R, L, q_win.dtype)
-    nb = -(-T // P)
-    m = open_len(T, R, L) if nb == 1 and bias.shape[0] == 1 else 0
-    Hkv, rows = k_new.shape[1], ring_rows(ring_k.shape, slots, head, R)  # [B, Hkv, R]
-    parts = []  # (out [B, H, T, D], lse [B, H, T]) of each call
+    # Each block of P queries sees the R keys before it, oldest first, and its own P keys: for
+    # the first block the ring's newest R entries and the chunk's first P tokens; for block b,
+    # X[bP : bP + R] and X[bP + R : bP + R + P] of X = [ring entries; chunk]. The newest m of
+    # the R keys (`open_len`) all its queries see: they go in a call of their own, unmasked.
+    nb, E = -(-T // P), key_padding(R + P)
+    m = open_len(P, R, L) if bias.shape[0] == 1 else 0
+    rows = ring_rows(ring_k.shape, slots, head, R)  # [B, Hkv, R]
 
-    # Open: the newest m ring entries, which every query sees; no mask.
-    if m:
-        newest = rows[..., R - m :]
-        parts.append(flash(q_win, take(ring_k, newest), take(ring_v, newest), None, scale))
+    def zeros(x: torch.Tensor) -> torch.Tensor:
+        """E zero keys [batch, Hkv, E, D] for x [batch, Hkv, n, D] (a view: cat copies them)."""
+        return x.new_zeros(()).expand(x.shape[0], x.shape[1], E, D)
 
-    # Window: the other R - m ring entries, oldest first, then the chunk, then E masked zeros
-    # (E as for R + T keys: m is a multiple of 16); in blocks of P queries, each seeing the R
-    # keys before it.
-    older, E = rows[..., : R - m], key_padding(R + P)
-    zeros = k_new.new_zeros(()).expand(B, Hkv, E, D)
-    k_seq = torch.cat([take(ring_k, older), k_new, zeros], dim=2)  # [B, Hkv, R - m + T + E, D]
-    v_seq = torch.cat([take(ring_v, older), v_new, zeros], dim=2)
-    if m:  # the mask's columns of the open entries (all 0) go
-        bias = torch.cat([bias[..., : R - m], bias[..., R:]], dim=-1)  # [1, 1, T, R - m + T + E]
-    size = R - m + P + E
-    out, lse = flash(blocks(q_win, P), windows(k_seq, nb, P, size), windows(v_seq, nb, P, size), bias, scale)
-    parts.append((unblocks(out, B, T), unblocks(lse, B, T)))  # [B, H, T, D], [B, H, T]
+    def keys(ring: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Each block's open keys [B * nb, Hkv, m, D] (None if m = 0) and window keys
+        [B * nb, Hkv, R - m + P + E, D]: the other R - m before it, its own P and E masked zeros."""
+        before = take(ring, rows)  # [B, Hkv, R, D]
+        if not m:
+            return None, windows(torch.cat([before, new, zeros(new)], dim=2), nb, P, R + P + E)
+        if nb > 1:
+            before, new = windows(torch.cat([before, new], dim=2), nb, P, R), blocks(new, P)
+        return before[:, :, R - m :], torch.cat([before[:, :, : R - m], new, zeros(new)], dim=2)
 
-    # Sinks: every query sees all S of them, and none of the E zeros after them.
+    (k_open, k_seq), (v_open, v_seq) = keys(ring_k, k_new), keys(ring_v, v_new)
+    q, parts = blocks(q_win, P), []  # q [B * nb, H, P, D]; parts: (out [B, H, T, D], lse [B, H, T])
+    if k_open is not None and v_open is not None:
+        out, lse = flash(q, k_open, v_open, None, scale)
+        parts.append((unblocks(out, B, T), unblocks(lse, B, T)))
+        bias = torch.cat([bias[..., : R - m], bias[..., R:]], dim=-1)  # without their columns (all 0)
+    out, lse = flash(q, k_seq, v_seq, bias, scale)
+    parts.append((unblocks(out, B, T), unblocks(lse, B, T)))
+
+    # Sinks: every query sees all S of them, and none of the zeros that pad them to a multiple of 16.
     if S:
-        E = key_padding(S)
-        sink_k, sink_v = (F.pad(x, (0, 0, 0, E))[None].expand(B, -1, -1, -1) for x in (sink_k, sink_v))
+        pad = key_padding(S)
+        sink_k, sink_v = (F.pad(x, (0, 0, 0, pad))[None].expand(B, -1, -1, -1) for x in (sink_k, sink_v))
         sink_bias = None
-        if E:
-            sink_bias = torch.zeros(1, 1, 1, S + E, device=q_sink.device, dtype=q_sink.dtype)
+        if pad:
+            sink_bias = torch.zeros(1, 1, 1, S + pad, device=q_sink.device, dtype=q_sink.dtype)
             sink_bias[..., S:] = float("-inf")
         parts.append(flash(q_sink, sink_k, sink_v, sink_bias, scale))
     return merge(parts, q_win.dtype)
