@@ -1,4 +1,4 @@
-"""flash_cpu (torch's fused CPU flash attention, two calls merged by logsumexp) equals the reference.
+"""flash_cpu (torch's fused CPU flash attention, two or three calls merged by logsumexp) equals the reference.
 
 The same cases as the Triton tests, run directly (no interpreter): wrap-around, partial and
 empty rings, ragged fills, S in {0, 1, 4, 64}, T in {1, 7, 128}, GQA ratios 1/2/4, L not a
