@@ -154,3 +154,19 @@ def test_open_call_matches_reference(S: int, T: int) -> None:
     check(inputs, c.dtype)
     bias = flash_cpu.window_bias(None, T, c.L - 1, c.L, c.dtype)
     check(inputs, c.dtype, ring_len=c.L - 1, bias=bias)
+
+
+@pytest.mark.parametrize(
+    ("fill", "head"), [([400], [400]), ([599, 450, 300], [17, 450, 300])], ids=["one", "ragged"]
+)
+def test_open_call_takes_only_filled_entries(fill: list[int], head: list[int]) -> None:
+    """Rings not full: the open call takes the entries every stream holds (m <= the least fill)
+    and no slot beyond a fill, with ring_len rounded up past the fills and the mask passed in as
+    the engine does, one stream (whose mask has one row) or several."""
+    c = Case(B=len(fill), T=7, L=600, S=4, seed=len(fill))
+    inputs = make_inputs(c, fill=fill, head=head)
+    R = min(-(-max(fill) // 64) * 64, c.L - 1)  # engine.ring_len
+    assert flash_cpu.open_len(c.T, min(R, min(fill)), c.L) >= flash_cpu.OPEN_MIN  # the case takes it
+    bias = flash_cpu.window_bias(flash_cpu.block_fill(inputs["fill"], c.T, c.T), c.T, R, c.L, c.dtype)
+    check(inputs, c.dtype, ring_len=R, bias=bias)
+    check(inputs, c.dtype)

@@ -9,9 +9,9 @@ native) runs two or three times and the parts are merged by their logsumexps (`m
     1. sinks: q_sink against the sink keys (no mask);
     2. window: q_win against the ring's newest R entries gathered oldest first, then the chunk,
        so that every stream shares one mask (keys come rotated, so their order is free);
-    3. open (when every stream's ring holds R entries): the newest m of the R keys before a
-       block of queries, which all of them see, leave the window call for one of their own,
-       without a mask (`open_len`); at L = 2048 that is most of the keys.
+    3. open: the newest m of the R keys before a block of queries, which all of them see (m
+       no more than any stream's fill), leave the window call for one of their own, without a
+       mask (`open_len`); at a full ring of L = 2048 that is most of the keys.
     out = sum of out_i * exp(lse_i - lse), lse = logaddexp of the lse_i.
 
 The ring's rows are gathered with one `index_select` over whole rows (`ring_rows`, `take`).
@@ -91,7 +91,7 @@ def take(ring: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 def open_len(T: int, R: int, L: int) -> int:
     """m: how many of the newest R ring entries every one of T queries sees (ages 1..m, with
     t + age <= L - 1 for t < T), rounded down to a multiple of KEY_MULTIPLE; 0 below OPEN_MIN.
-    With one mask for all streams they take a call of their own, without one."""
+    R here is at most every stream's fill. They take a call of their own, without a mask."""
     m = min(R, L - T) // KEY_MULTIPLE * KEY_MULTIPLE
     return m if m >= OPEN_MIN else 0
 
@@ -191,9 +191,7 @@ def sink_ring_attention(
     queries then go in blocks of P (module docstring). `ring_len` (default: from `fill`, a host
     sync; L - 1 with several blocks) and `bias` (default: `window_bias(block_fill(fill, T, P),
     P, ring_len, L, q_win.dtype)`, or with fill None when every fill is at least ring_len) may be
-    passed in, so that a caller computes them once per step for all layers. A bias of one row,
-    `window_bias(None, ...)`, says that every stream holds ring_len entries: then the open call
-    is taken.
+    passed in, so that a caller computes them once per step for all layers.
     """
     B, _, T, D = q_win.shape
     S, L = sink_k.shape[1], ring_k.shape[2]
@@ -204,15 +202,15 @@ def sink_ring_attention(
     assert P == T or R == L - 1, "blocks after the first see the L - 1 keys before them"
     scale = D**-0.5
 
-    if bias is None:
-        shared = not fill.numel() or int(fill.min()) >= R  # every stream holds the R entries: one mask
-        bias = window_bias(None if shared else block_fill(fill, T, P), P, R, L, q_win.dtype)
+    min_fill = int(fill.min()) if fill.numel() else 0
+    if bias is None:  # one mask for all streams when every one holds the R entries
+        bias = window_bias(None if min_fill >= R else block_fill(fill, T, P), P, R, L, q_win.dtype)
     # Each block of P queries sees the R keys before it, oldest first, and its own P keys: for
     # the first block the ring's newest R entries and the chunk's first P tokens; for block b,
     # X[bP : bP + R] and X[bP + R : bP + R + P] of X = [ring entries; chunk]. The newest m of
     # the R keys (`open_len`) all its queries see: they go in a call of their own, unmasked.
     nb, E = -(-T // P), key_padding(R + P)
-    m = open_len(P, R, L) if bias.shape[0] == 1 else 0
+    m = open_len(P, min(R, min_fill), L)  # ages 1..m: every stream holds them
     rows = ring_rows(ring_k.shape, slots, head, R)  # [B, Hkv, R]
 
     def zeros(x: torch.Tensor) -> torch.Tensor:
