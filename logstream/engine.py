@@ -46,6 +46,42 @@ StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngi
 # lone stream would otherwise run one chunk a step, at a third of the tokens/s of 20 streams
 # (docs/benchmarks.md, "Several chunks a step").
 CPU_STEP_CHUNKS = 16
+# What a step costs besides its rows, in padded token rows: splitting 20 streams' step in two
+# cost as much as 280 rows (small at L = 2048) to 430 (tiny at L = 128; docs/benchmarks.md).
+# A step's streams are split (`step_groups`) only where that saves more padding than this.
+STEP_ROWS = 384
+
+
+def block_len(T: int, chunk_tokens: int) -> int:
+    """Queries per block when a stream brings T tokens to a step: ceil(T / chunk_tokens) blocks
+    of equal size, so that T = 535 runs as 3 x 179 rows, not 3 x 256."""
+    return -(-T // -(-T // chunk_tokens))
+
+
+def step_groups(chunk_len: np.ndarray, chunk_tokens: int, step_rows: int = STEP_ROWS) -> list[np.ndarray]:
+    """The streams of one step, by their chunk lengths [B], as the steps to run instead: index
+    arrays into chunk_len, the longest chunks first.
+
+    A step pads every stream's chunk to its longest one (blocks of `block_len`), so a stream
+    with 25 tokens left beside three of 768 costs 768 rows. The groups are runs of the streams
+    sorted by length that minimize the rows computed plus `step_rows` a step: a dynamic program
+    over the B + 1 places to cut.
+    """
+    order = np.argsort(chunk_len, kind="stable")
+    longest = chunk_len[order]  # [B] ascending: a run's last stream is its longest
+    blocks = -(-longest // chunk_tokens)
+    rows = blocks * -(-longest // blocks)  # [B] rows a stream computes in a step led by this one
+    cost = np.zeros(order.size + 1)  # cost[j]: the cheapest steps for the j shortest streams
+    start = np.zeros(order.size + 1, dtype=np.int64)  # where the last of those steps starts
+    for j in range(1, order.size + 1):
+        total = cost[:j] + (j - np.arange(j)) * rows[j - 1]  # the last step takes order[i:j]
+        start[j] = int(total.argmin())  # the first minimum: on a tie, fewer steps
+        cost[j] = total[start[j]] + step_rows
+    groups, j = [], order.size
+    while j:  # start[j] < j: the cuts, from the longest streams back
+        groups.append(order[start[j] : j])
+        j = int(start[j])
+    return groups
 
 
 @dataclass
@@ -104,6 +140,7 @@ class StreamingEngine:
         offload: bool = False,
         int8_ring: bool = False,
         step_chunks: int = CPU_STEP_CHUNKS,
+        step_rows: int = STEP_ROWS,
     ) -> None:
         config = model.config
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -121,6 +158,7 @@ class StreamingEngine:
         self.max_streams = max_streams
         self.chunk_tokens = min(chunk_tokens, window)
         self.step_chunks = step_chunks  # on the CPU: chunks a step holds in all (`CPU_STEP_CHUNKS`)
+        self.step_rows = step_rows  # on the CPU: a step's cost besides its rows (`STEP_ROWS`)
         self.vocab_size = config.vocab_size
 
         rotary = self.decoder.rotary_emb
@@ -267,7 +305,7 @@ class StreamingEngine:
         """
         B, T = tokens.shape
         L, S = self.window, self.sink_k[0].shape[1]
-        P = min(T, self.chunk_tokens)  # queries per block: T > P only on the CPU (`step_chunks`)
+        P = block_len(T, self.chunk_tokens)  # queries per block: T > P only on the CPU (`step_chunks`)
         head, fill = position % L, position.clamp(max=L)  # [B]
         # RoPE (reference.py): the window at the stream's own positions, the sinks' frame at
         # S + W_t - 1; the same for every layer
@@ -452,6 +490,14 @@ class StreamingEngine:
             return 1
         return max(1, self.step_chunks // active)
 
+    def _step_groups(self, chunk_len: np.ndarray) -> list[np.ndarray]:
+        """The steps that one round of chunks [B] takes (`step_groups`): on the CPU, where a
+        padded row costs as much as a real one, streams with few tokens left go in a step of
+        their own. One step elsewhere: the GPU's steps are not measured for it."""
+        if backend_for(self.ring_k) != "flash_cpu":
+            return [np.arange(chunk_len.size)]
+        return step_groups(chunk_len, self.chunk_tokens, self.step_rows)
+
     def _score_group(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
         results: dict[str, list[np.ndarray]] = {s: [] for s, lines in lines_by_stream.items() if not lines}
         names = [s for s, lines in lines_by_stream.items() if lines]
@@ -473,13 +519,15 @@ class StreamingEngine:
         steps: list[tuple[np.ndarray, np.ndarray, torch.Tensor]] = []  # (flat index, real [B, T], nll [B, T])
         while (active := np.flatnonzero(done < lengths)).size:
             n = self.chunk_tokens * self._chunks_per_stream(active.size)
-            chunk_len = np.minimum(lengths[active] - done[active], n)  # [B]
-            first = starts[active] + done[active]  # [B] each chunk's first token in `flat`
-            index = first[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
-            real = index < (first + chunk_len)[:, None]  # [B, T]: the chunk's own tokens, not padding
-            tokens = np.where(real, flat[np.minimum(index, flat.size - 1)], 0)
-            steps.append((index[real], real, self._step(slots_of[active], tokens, chunk_len)))
-            done[active] += chunk_len
+            round_len = np.minimum(lengths[active] - done[active], n)  # each active stream's next chunk
+            for group in self._step_groups(round_len):  # on the CPU, split by length
+                streams, chunk_len = active[group], round_len[group]  # [B]
+                first = starts[streams] + done[streams]  # [B] each chunk's first token in `flat`
+                index = first[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
+                real = index < (first + chunk_len)[:, None]  # [B, T]: the chunk's own tokens, not padding
+                tokens = np.where(real, flat[np.minimum(index, flat.size - 1)], 0)
+                steps.append((index[real], real, self._step(slots_of[streams], tokens, chunk_len)))
+                done[streams] += chunk_len
         # One device-to-host copy per step, after the last: a copy per stream would wait on the
         # device once per stream (at 1,024 streams on a GPU, most of a call; docs/gpu/README.md).
         token_nll = np.empty(flat.size, dtype=np.float32)
