@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/cpu_speed.py [--preset small] [--lines 1000]
         [--hosts 16] [--window 2048] [--reps 2] [--levers reference,flash_cpu,chunk_1024,...] [--one-stream]
-        [--workers 2]
+        [--skewed] [--workers 2]
 
 Trains a model briefly on synthetic lines (speed does not depend on how well it is trained;
 the drift column does a little), tokenizes a synthetic log with `--hosts` web hosts, fills
@@ -16,7 +16,9 @@ token): compare its lines/s with a run without it.
 Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
 default), bigger or smaller chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
 and cache, one thread instead of two, an int8 ring, one chunk per stream a step (the engine
-before it took several when few streams are active). Then the default Detector end to end (masking,
+before it took several when few streams are active), one step for all of a round's streams (the
+engine before it split them by chunk length). `--skewed` keeps 1/(i + 1) of the i-th stream's
+timed lines: one busy stream and a long tail. Then the default Detector end to end (masking,
 tokenizing, mining, scoring; best of --reps): the engine's share and the host's microseconds
 per line. FLOPs per token: `roofline.engine_flops_per_token`
 at each token's own window; bytes: `roofline.engine_bytes_per_step`.
@@ -48,7 +50,7 @@ import torch
 from roofline import Roofline, engine_bytes_per_step, engine_flops_per_token, measure
 
 from logstream.detector import Detector
-from logstream.engine import CPU_STEP_CHUNKS, StepFn, StreamingEngine
+from logstream.engine import CPU_STEP_CHUNKS, STEP_ROWS, StepFn, StreamingEngine
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
 from logstream.model import save_model_dir
@@ -70,6 +72,7 @@ class Lever:
     threads: int | None = None  # None: as OMP_NUM_THREADS
     int8_ring: bool = False  # K/V stored as int8 with per (token, kv head) scales
     step_chunks: int = CPU_STEP_CHUNKS  # 1: one chunk per stream a step (the engine before stop 27)
+    step_rows: int = STEP_ROWS  # huge: a round's streams never split by length (the engine before stop 43)
 
 
 LEVERS: dict[str, Lever] = {
@@ -83,6 +86,7 @@ LEVERS: dict[str, Lever] = {
     "threads_1": Lever(threads=1),
     "int8_ring": Lever(int8_ring=True),
     "one_chunk_a_step": Lever(step_chunks=1),
+    "one_step_a_round": Lever(step_rows=2**62),
 }
 
 
@@ -158,6 +162,20 @@ def drift(got: dict[str, list[np.ndarray]], want: dict[str, list[np.ndarray]]) -
             token = max(token, float(np.abs(a - b).max(initial=0.0)))
             line = max(line, abs(float(a.mean() - b.mean())) if len(a) else 0.0)
     return token, line
+
+
+def skewed(records: list[LogRecord], ids: list[list[int]]) -> tuple[list[LogRecord], list[list[int]]]:
+    """The first 1/(i + 1) of the i-th stream's lines (streams by name), in order: one busy stream
+    and a long tail, as a poll's streams often are. A step pads the short streams' chunks."""
+    counts = Counter(record.stream for record in records)
+    keep = {stream: max(1, counts[stream] // (i + 1)) for i, stream in enumerate(sorted(counts))}
+    taken: Counter[str] = Counter()
+    kept = []
+    for record, line in zip(records, ids, strict=True):
+        if taken[record.stream] < keep[record.stream]:
+            taken[record.stream] += 1
+            kept.append((record, line))
+    return [record for record, _ in kept], [line for _, line in kept]
 
 
 def by_stream(records: list[LogRecord], ids: list[list[int]]) -> list[Batch]:
@@ -253,6 +271,9 @@ def main() -> None:
         help="every line in one stream, as `replay FILE` without --stream-key",
     )
     parser.add_argument(
+        "--skewed", action="store_true", help="the i-th stream keeps 1/(i + 1) of its timed lines"
+    )
+    parser.add_argument(
         "--workers", type=int, default=0, help="then N Detectors at once, one process and thread each"
     )
     args = parser.parse_args()
@@ -289,8 +310,11 @@ def main() -> None:
     for record, line in zip(records[:split], ids[:split], strict=True):
         prefill[record.stream].append(line)
     prefill = {s: lines[-per_stream_lines:] for s, lines in prefill.items()}  # >= L tokens each
-    batches = by_stream(records[split:], ids[split:])
-    tokens = sum(map(len, ids[split:]))
+    timed_records, timed_ids = records[split:], ids[split:]
+    if args.skewed:
+        timed_records, timed_ids = skewed(timed_records, timed_ids)
+    batches = by_stream(timed_records, timed_ids)
+    line_count, tokens = len(timed_records), sum(map(len, timed_ids))
 
     names = args.levers.split(",")
     engines: dict[str, StreamingEngine] = {}
@@ -305,7 +329,7 @@ def main() -> None:
                 engine = StreamingEngine(
                     copy.deepcopy(trained.model), sink_ids, window=args.window, max_streams=64,
                     chunk_tokens=lever.chunk_tokens, device="cpu", dtype=lever.dtype, int8_ring=lever.int8_ring,
-                    step_chunks=lever.step_chunks,
+                    step_chunks=lever.step_chunks, step_rows=lever.step_rows,
                 )  # fmt: skip
                 if lever.compile:
                     engine.step_fn = torch.compile(engine.device_step, dynamic=False)
@@ -328,7 +352,7 @@ def main() -> None:
         shares = roof.fraction(counted.flops / seconds, counted.bytes / seconds, LEVERS[name].dtype)
         rows.append({
             "lever": name,
-            "lines_per_second": round(args.lines / seconds, 1),
+            "lines_per_second": round(line_count / seconds, 1),
             "tokens_per_second": round(tokens / seconds, 1),
             "gflops": round(counted.flops / seconds / 1e9, 2),
             "flops_share": round(shares["flops_share"], 3),
@@ -348,8 +372,8 @@ def main() -> None:
             detector.engine.score({stream: lines})
         timed = detector.engine.step_fn = Timed(detector.engine.device_step)
         started = time.perf_counter()
-        for start in range(split, len(records), LINE_BATCH):
-            detector.score(records[start : start + LINE_BATCH])
+        for start in range(0, line_count, LINE_BATCH):
+            detector.score(timed_records[start : start + LINE_BATCH])
         elapsed = time.perf_counter() - started
         if elapsed < seconds:
             seconds, step_seconds = elapsed, timed.seconds
@@ -358,7 +382,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as model_dir:
             save_model_dir(Path(model_dir), trained.model, tokenizer, meta)
             workers = max(
-                (run_workers(model_dir, prefill, records[split:], args.workers) for _ in range(args.reps)),
+                (run_workers(model_dir, prefill, timed_records, args.workers) for _ in range(args.reps)),
                 key=lambda run: run["lines_per_second"],
             )
 
@@ -374,10 +398,11 @@ def main() -> None:
         "preset": args.preset,
         "window": args.window,
         "sinks": len(sink_ids),
-        "streams": len({r.stream for r in records[split:]}),
-        "lines": args.lines,
+        "streams": len({r.stream for r in timed_records}),
+        "lines": line_count,
+        "skewed": args.skewed,
         "tokens": tokens,
-        "tokens_per_line": round(tokens / args.lines, 1),
+        "tokens_per_line": round(tokens / line_count, 1),
         "flops_per_token_full_ring": engine_flops_per_token(trained.model.config, len(sink_ids), args.window),
         "roofline": {
             "fp32_gflops": round(roof.fp32_flops / 1e9, 1),
@@ -386,9 +411,9 @@ def main() -> None:
         },
         "levers": rows,
         "detector": {
-            "lines_per_second": round(args.lines / seconds, 1),
+            "lines_per_second": round(line_count / seconds, 1),
             "device_step_share": round(step_seconds / seconds, 3),
-            "host_us_per_line": round(1e6 * (seconds - step_seconds) / args.lines, 1),
+            "host_us_per_line": round(1e6 * (seconds - step_seconds) / line_count, 1),
         },
         "workers": workers,
         "cache_bytes_per_stream": detector.engine.bytes_per_stream,
