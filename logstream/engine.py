@@ -46,10 +46,10 @@ StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngi
 # lone stream would otherwise run one chunk a step, at a third of the tokens/s of 20 streams
 # (docs/benchmarks.md, "Several chunks a step").
 CPU_STEP_CHUNKS = 16
-# What a step costs besides its rows, in padded token rows, with a margin: splitting 20 streams'
-# step in two cost as much as 280 rows (small at L = 2048) to 430 (tiny at L = 128); at 384 and 512
-# tiny's replay ran 2-5% slower for one or two more steps (docs/benchmarks.md). A step's streams are
-# split (`step_groups`) only where that saves more padding than this.
+# What a step costs besides its rows, in padded token rows: splitting 20 streams' step in two
+# cost as much as 280-860 rows (small at L = 2048) and 430 (tiny at L = 128); at 384 and 512
+# tiny's replay ran 2-5% slower for one or two more steps (docs/benchmarks.md). A step's streams
+# are split (`step_groups`) only where that saves more padding than this.
 STEP_ROWS = 768
 
 
