@@ -30,6 +30,7 @@ import itertools
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ from logstream.kernels.flash_cpu import block_fill, window_bias
 from logstream.kernels.reference import apply_rope, rope_at
 
 StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngine.device_step`'s signature
+TokenCount = TypeVar("TokenCount", int, np.ndarray)  # `block_len` takes a count or an array of them
 # On the CPU (flash_cpu) a step holds up to this many chunks: when fewer streams have tokens
 # left, each takes several chunks at once, as blocks of one batch (kernels/flash_cpu.py). A
 # lone stream would otherwise run one chunk a step, at a third of the tokens/s of 20 streams
@@ -53,9 +55,9 @@ CPU_STEP_CHUNKS = 16
 STEP_ROWS = 768
 
 
-def block_len(T: int, chunk_tokens: int) -> int:
-    """Queries per block when a stream brings T tokens to a step: ceil(T / chunk_tokens) blocks
-    of equal size, so that T = 535 runs as 3 x 179 rows, not 3 x 256."""
+def block_len(T: TokenCount, chunk_tokens: int) -> TokenCount:
+    """Queries per block when a stream brings T tokens to a step (an int, or an array of them):
+    ceil(T / chunk_tokens) blocks of equal size, so that T = 535 runs as 3 x 179 rows, not 3 x 256."""
     return -(-T // -(-T // chunk_tokens))
 
 
@@ -69,9 +71,8 @@ def step_groups(chunk_len: np.ndarray, chunk_tokens: int, step_rows: int = STEP_
     over the B + 1 places to cut.
     """
     order = np.argsort(chunk_len, kind="stable")
-    longest = chunk_len[order]  # [B] ascending: a run's last stream is its longest
-    blocks = -(-longest // chunk_tokens)
-    rows = blocks * -(-longest // blocks)  # [B] rows a stream computes in a step led by this one
+    ascending = chunk_len[order]  # [B]: a run's last stream is its longest
+    rows = -(-ascending // chunk_tokens) * block_len(ascending, chunk_tokens)  # [B] blocks x block
     cost = np.zeros(order.size + 1)  # cost[j]: the cheapest steps for the j shortest streams
     start = np.zeros(order.size + 1, dtype=np.int64)  # where the last of those steps starts
     for j in range(1, order.size + 1):
