@@ -9,27 +9,14 @@ reset). Waits are bounded; nothing is timed.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import uuid
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from benchmarks_support import load_benchmark
 from kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
-
-
-def load_harness() -> ModuleType:
-    """benchmarks/chaos.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("logstream_chaos_harness", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_chaos_run_loses_no_line_and_no_alert(
@@ -38,7 +25,7 @@ def test_chaos_run_loses_no_line_and_no_alert(
     """Every produced line is scored at least once and every stream with an anomaly is paged
     (2xx at the receiver), across kill -9 + restarts, a broker restart, poison and a failing
     receiver; poison is dead-lettered."""
-    chaos = load_harness()
+    chaos = load_benchmark("chaos")
     config = chaos.ChaosConfig(
         seconds=45, rate=10, partitions=2, kills=2, broker_restarts=1, poison=7, anomalies=6, seed=11
     )

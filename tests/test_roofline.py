@@ -4,29 +4,19 @@ Speed itself is never asserted (docs/benchmarks.md holds the figures)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from benchmarks_support import load_benchmark
 from transformers import LlamaConfig
 
 from logstream.presets import PRESETS
 
-ROOFLINE = Path(__file__).resolve().parents[1] / "benchmarks" / "roofline.py"
-
 
 @pytest.fixture(scope="module")
 def roofline() -> ModuleType:
-    """benchmarks/roofline.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("logstream_roofline", ROOFLINE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("roofline")
 
 
 def test_highest_takes_each_ceiling_from_its_best_sample(roofline: ModuleType) -> None:
