@@ -4,10 +4,10 @@
 
 Every speed benchmark divides its achieved FLOP/s and bytes/s by these (`measure()`), in the
 same run, so a ratio survives the load of a shared machine better than an absolute figure.
-It samples them again between its repetitions and divides by the highest of each (`highest`):
-on the shared 2-core VM the fp32 GEMM moved between 150 and 325 GFLOP/s within a minute, and
-a neighbour's load only ever slows a sample, so one sample at the start can halve the ceiling
-and double every share (docs/benchmarks.md, stop 44).
+Each of them samples the ceilings again between its repetitions and divides by the highest of
+each (`highest`): on the shared 2-core VM the fp32 GEMM read 150 to 325 GFLOP/s within minutes,
+and a neighbour's load only ever slows a sample, so one sample at the start can halve the
+ceiling and double every share (docs/benchmarks.md, "The roofline, sampled through the run").
 
 - GEMM: a square matmul C = A @ B, n = 2048 (2 n^3 FLOPs per call), repeated for `seconds`;
   the best of 3 repetitions. fp32, and bf16 (on AVX-512 BF16 / AMX cores oneDNN runs it natively).
