@@ -23,7 +23,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -48,14 +48,14 @@ class Roofline:
         return {"flops_share": flops / peak, "bytes_share": bytes_moved / self.bytes_per_second}
 
 
-def _best_rate(fn: object, work: float, seconds: float) -> float:
+def best_rate(fn: Callable[[], object], work: float, seconds: float) -> float:
     """work / seconds per call of fn, best of 3 runs of about `seconds / 3` each."""
-    fn()  # type: ignore[operator]  # warm-up: oneDNN picks its kernel, pages are touched
+    fn()  # warm-up: oneDNN picks its kernel, pages are touched
     best = 0.0
     for _ in range(3):
         calls, started = 0, time.perf_counter()
         while (elapsed := time.perf_counter() - started) < seconds / 3 or calls == 0:
-            fn()  # type: ignore[operator]
+            fn()
             calls += 1
         best = max(best, work * calls / elapsed)
     return best
@@ -66,14 +66,14 @@ def gemm_flops(dtype: torch.dtype, seconds: float, n: int = GEMM_N) -> float:
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
     out = torch.empty(n, n, dtype=dtype)
-    return _best_rate(lambda: torch.mm(a, b, out=out), 2.0 * n**3, seconds)
+    return best_rate(lambda: torch.mm(a, b, out=out), 2.0 * n**3, seconds)
 
 
 def copy_bandwidth(seconds: float, nbytes: int = COPY_BYTES) -> float:
     """Bytes/s of a large fp32 copy, read + write."""
     src = torch.randn(nbytes // 4)
     dst = torch.empty_like(src)
-    return _best_rate(lambda: dst.copy_(src), 2.0 * nbytes, seconds)
+    return best_rate(lambda: dst.copy_(src), 2.0 * nbytes, seconds)
 
 
 def measure(seconds: float = 1.0) -> Roofline:

@@ -11,7 +11,11 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py as the module `logstream_bench_<name>`."""
+    """benchmarks/<name>.py as the module `logstream_bench_<name>`. The folder goes on the end of
+    sys.path, so that a script's imports of its neighbours (`from roofline import ...`) resolve
+    as when it runs, and never shadow an installed package."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"logstream_bench_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
