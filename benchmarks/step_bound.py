@@ -41,7 +41,9 @@ from logstream.engine import StreamingEngine
 from logstream.presets import PRESETS
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
-TILE_ROWS, TILE_KEYS = 128, 512  # a flash kernel's query and key block: the scores stay in L2
+# a flash kernel's query and key blocks (torch's CPU one takes 512 keys, and 32-256 queries by
+# their count): a tile's scores stay in L2
+TILE_ROWS, TILE_KEYS = 128, 512
 
 
 def part_of(op: str) -> str:

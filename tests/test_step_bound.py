@@ -42,7 +42,7 @@ def test_ops_fall_in_their_part(step_bound: ModuleType, op: str, part: str) -> N
     assert step_bound.part_of(op) == part
 
 
-def test_the_step_runs_over_full_rings(step_bound: ModuleType) -> None:
+def test_the_step_scores_every_token(step_bound: ModuleType) -> None:
     step, config = step_bound.full_ring_step("tiny", 128, streams=3, tokens=16, sinks=8)
     nll, last = step()
     assert nll.shape == (3, 16) and last.shape == (3, config.vocab_size)
