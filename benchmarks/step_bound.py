@@ -125,13 +125,12 @@ def main() -> None:
     parser.add_argument("--tokens-per-line", type=float, default=20.9, help="cpu_speed.py's synthetic log")
     parser.add_argument("--roofline-seconds", type=float, default=1.0)
     args = parser.parse_args()
-    p = PRESETS[args.preset]
-    head_dim = p.hidden_size // p.heads
+    step, config = full_ring_step(args.preset, args.window, args.streams, args.tokens, args.sinks)
+    head_dim = config.hidden_size // config.num_attention_heads
     # the ceilings and the tile products, sampled before and after the step: the highest of each
     samples = [measure(args.roofline_seconds)]
     product_samples = [tile_products(head_dim, args.roofline_seconds)]
 
-    step, config = full_ring_step(args.preset, args.window, args.streams, args.tokens, args.sinks)
     for _ in range(3):
         step()
     times = []
