@@ -3,11 +3,11 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/ring_precision.py [--model runs/hdfs/model]
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/ring_precision.py --model DIR --log FILE
 
-A trained model (default: the one `benchmarks/hdfs_quality.py` writes) scores the same lines
+A trained model (`benchmarks/quality.py` writes HDFS's under runs/quality/HDFS/) scores the same lines
 with its fp32 ring and with each lower-precision variant, with the calibration saved with the
 model, as serve would use it: the int8 ring (`Detector(int8_ring=True)`: K/V as int8 with one
 fp32 scale per token and kv head) and bf16 weights and cache. Input: the held-out 20% of the
-HDFS sessions (each session one stream, as hdfs_quality replays them), or with `--log` one
+HDFS sessions (each session one stream), or with `--log` one
 raw log file as one stream (its ring fills and wraps). Prints, per variant, the largest
 |score| and |surprisal| change, the share of lines whose flag changes at the model's
 threshold (issue 14's target: at most 1%) and, for sessions, the share of sessions whose flag

@@ -14,7 +14,7 @@ Sections (each a function returning a JSON-able dict):
 - peers:     Drain3 rare/new-template detectors (fitted, and mining online), a DeepLog-style
              next-template n-gram model and a DeepLog LSTM over template ids, against ours at the
              tiny and small presets, on HDFS sessions (the 80/20 split of
-             benchmarks/hdfs_quality.py) and on the synthetic incidents of `logstream demo`:
+             benchmarks/quality.py) and on the synthetic incidents of `logstream demo`:
              F1, AUC-PR, lines/s on the same lines and machine.
 
 Models are trained in-process with few steps (tiny preset) and cached under `runs/`, keyed by
@@ -45,8 +45,9 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from logstream.detector import Detector, line_evidence
+from logstream.detector import Detector
 from logstream.engine import StreamingEngine
+from logstream.evaluation.metrics import auc_pr, best_f1, precision_recall_f1
 from logstream.inputs import (
     InputStats,
     parse_lines,
@@ -59,13 +60,8 @@ from logstream.model import load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
-from logstream.scoring import (
-    Calibration,
-    auc_pr,
-    best_f1,
-    precision_recall_f1,
-    session_worst,
-)
+from logstream.scoring.calibration import Calibration, session_worst
+from logstream.scoring.evidence import line_surprisal
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.tokenizer import prompt_ids
 from logstream.train import Stream, TrainConfig, Trained, data_sha256, save, split_heldout, train
@@ -217,7 +213,7 @@ def synthetic_baseline() -> list[Stream]:
 
 def synthetic_model(config: BenchConfig, runs: Path, preset: str = "tiny") -> Trained:
     train_config = TrainConfig(
-        preset=preset, window=config.window, fit_window=False, max_steps=config.max_steps, epochs=100.0
+        preset=preset, window=config.window, fit_window=False, max_steps=config.max_steps
     )
     return cached_train(runs, f"synthetic-{preset}", synthetic_baseline(), train_config)
 
@@ -228,16 +224,16 @@ def calibration_of(trained: Trained) -> Calibration:
 
 
 def scores_of(calibration: Calibration, nlls: list[np.ndarray], data: Encoded) -> np.ndarray:
-    """Raw line scores (`detector.line_evidence` with the model's calibration; no novelty): the
-    benchmark compares models and caches, each with its own quantile threshold, not the tails.
-    A line scored without its first token (nothing before it) loses that token's word start.
-    The raw evidence is the first statistic's (the capped one has a tail of its own)."""
-    calibration = replace(calibration, config=replace(calibration.config, capped_top_k=0))
+    """Line surprisal (`evidence.line_surprisal` with the model's top k) plus the level prior
+    in nats' stead (its orders of magnitude): the benchmark compares models and caches, not
+    tails. A line scored without its first token (nothing before it) loses that token's word
+    start."""
+    config = calibration.config
     out = []
     for nll, words, line in zip(nlls, data.words, data.lines, strict=True):
         if len(nll) < len(words):
             words = np.r_[True, words[len(words) - len(nll) + 1 :]]
-        out.append(line_evidence(calibration, nll, line, word_starts=words).raw)
+        out.append(line_surprisal(nll, words, config.line_top_k) + config.prior(config.level(line)))
     return np.array(out)
 
 
@@ -271,14 +267,10 @@ def _engine_method(
     rows, position = [], 0
     with PeakRSS() as peak:  # from before the engine exists: its ring is part of its memory
         detector = Detector(
-            trained.model,
-            trained.tokenizer,
-            trained.meta,
-            window=window,
-            max_streams=1,
-            sinks=sinks,
-            device="cpu",
+            trained.model, trained.tokenizer, trained.meta, window=window, max_streams=1, device="cpu"
         )
+        if sinks == "none":  # the ablation: the same model over a window without sinks
+            detector.engine = StreamingEngine(trained.model, [], window=window, max_streams=1, device="cpu")
         engine = detector.engine
         for n in lengths:
             for start in range(position, n, 4096):
@@ -813,7 +805,6 @@ def peers_section(config: BenchConfig, runs: Path, synthetic: Trained) -> dict[s
             window=config.hdfs_window,
             fit_window=False,
             max_steps=config.max_steps,
-            epochs=100.0,
         )
         trained = cached_train(runs, f"hdfs-{preset}", normal, train_config)
         detector = Detector(trained.model, trained.tokenizer, trained.meta, device="cpu")

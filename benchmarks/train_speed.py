@@ -4,7 +4,7 @@
         [--sessions 20000] [--levers eager,compile,bf16_autocast]
 
 Prepares training exactly as `train()` does on the HDFS normal training sessions (the 80/20
-split of benchmarks/hdfs_quality.py, the first `--sessions`): tokenizer, pattern prompt,
+split of benchmarks/quality.py's HDFS case, the first `--sessions`): tokenizer, pattern prompt,
 window, examples. Then runs `fit()` for `--steps` steps per lever, interleaved, twice, best
 time kept (compile's first run includes compiling). Reports:
 

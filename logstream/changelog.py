@@ -5,7 +5,6 @@ large (layers x 2 x L x kv heads x head dim) but a pure function of the last L t
 which are small (~4 KB at L = 2048 in uint16). So the changelog keeps, per stream:
 
     tokens      the last L token ids (uint16 when the vocabulary fits, else int32)
-    templates   the stream's recent template ids (the burst discount, `repeat_window`)
     learned     texts of those templates that the model's miner did not start with, so the
                 next owner does not find them "new" (novelty would alert on a moved stream)
     lines       lines the stream has had scored (the cold-start policy reads it)
@@ -80,7 +79,6 @@ class StreamState:
     lines: int
     seen: float
     tokens: list[int] = field(default_factory=list)
-    templates: list[int] = field(default_factory=list)
     learned: list[str] = field(default_factory=list)
 
     def encode(self) -> bytes:
@@ -90,7 +88,6 @@ class StreamState:
             "offset": self.offset,
             "lines": self.lines,
             "seen": round(self.seen, 3),
-            "templates": self.templates,
             "learned": self.learned,
             "dtype": "<u2" if max(self.tokens, default=0) < 2**16 else "<i4",
         }
@@ -117,7 +114,6 @@ class StreamState:
                 lines=int(header["lines"]),
                 seen=float(header["seen"]),
                 tokens=tokens.astype(np.int64).tolist(),
-                templates=[int(t) for t in header["templates"]],
                 learned=[str(t) for t in header["learned"]],
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
@@ -185,7 +181,7 @@ class StreamBook:
             entry.offset = (record.offset + 1) if record.offset is not None else entry.offset
             entry.seen = now
             # a template the model's miner did not start with (the detector's seeded clusters)
-            if line.template_id is not None and line.template and line.known_template is None:
+            if line.template_id is not None and line.template and line.novel:
                 learned = entry.learned = entry.learned or {}
                 learned.pop(line.template_id, None)
                 learned[line.template_id] = line.template
@@ -251,7 +247,6 @@ class StreamBook:
             lines=entry.lines,
             seen=entry.seen,
             tokens=detector.engine.tokens(stream),
-            templates=detector.recent.recent(stream),
             learned=list((entry.learned or {}).values()),
         )
 
@@ -261,9 +256,8 @@ class StreamBook:
         fresh = [s for s in states if s.model == detector.model_id and not self._holds(s)]
         for state in fresh:
             for text in state.learned:
-                if detector.miner.match(text) is None:
-                    detector.miner.add(text)
-            detector.recent.restore(state.stream, state.templates)
+                if detector.scorer.miner.match(text) is None:
+                    detector.scorer.miner.add(text)
             learned = {template_id(t): t for t in state.learned} or None
             self._entries[state.stream] = _Entry(state.source, state.offset, state.lines, state.seen, learned)
             self._entries.move_to_end(state.stream)
@@ -285,7 +279,6 @@ class StreamBook:
             self._dirty.discard(stream)
             self._restored.pop(stream, None)
             detector.engine.drop(stream)
-            detector.recent.drop(stream)
         return len(gone)
 
 

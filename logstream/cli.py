@@ -29,13 +29,8 @@ from logstream.demo import write_demo_logs
 from logstream.errors import UserError
 from logstream.feedback_cli import app as feedback_app
 from logstream.models_cli import app as models_app
-from logstream.scoring import (
-    DEFAULT_CAPPED_TOP_K,
-    DEFAULT_FALSE_ALARM_RATE,
-    DEFAULT_LINE_TOP_K,
-    DEFAULT_LINE_UNIT,
-    SESSION_LINE_TOP_K,
-)
+from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
+from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
 from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
@@ -78,11 +73,6 @@ def _root(
 class Format(StrEnum):
     lines = "lines"
     sessions = "sessions"
-
-
-class LineUnit(StrEnum):  # scoring.LINE_UNITS; the default is scoring.DEFAULT_LINE_UNIT
-    word = "word"
-    token = "token"
 
 
 class AutoTrain(StrEnum):
@@ -130,12 +120,11 @@ MergeAcrossWordsOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option(help="Random seed for training.")]
-EpochsOpt = Annotated[
-    float, typer.Option(min=0.1, help="Passes over the training data (capped by --max-steps).")
-]
-StepsOpt = Annotated[int, typer.Option(min=1, help="Upper bound on optimizer steps.")]
-MinStepsOpt = Annotated[
-    int, typer.Option(min=1, help="Lower bound on optimizer steps, so small baselines are learned.")
+StepsOpt = Annotated[
+    int,
+    typer.Option(
+        min=1, help="Upper bound on optimizer steps; training stops earlier once the validation loss stops improving."
+    ),
 ]
 RateOpt = Annotated[
     float | None,
@@ -166,27 +155,23 @@ FormatOpt = Annotated[
 
 
 def _train_config(
-    preset: str, window: int | None, seed: int, epochs: float, min_steps: int, max_steps: int,
+    preset: str, window: int | None, seed: int, max_steps: int,
     line_top_k: int | None = None, false_alarm_rate: float | None = None,
-    stream_key: str | None = None, line_unit: str = DEFAULT_LINE_UNIT, merge_across_words: bool = False,
-    capped_top_k: int = DEFAULT_CAPPED_TOP_K, sessions: bool = False,
+    stream_key: str | None = None, merge_across_words: bool = False, sessions: bool = False,
 ) -> TrainConfig:  # fmt: skip
-    from logstream.scoring import ScoringConfig
+    from logstream.scoring.config import ScoringConfig
     from logstream.train import TrainConfig
 
     if preset != "auto" and preset not in PRESET_NAMES:
         raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESET_NAMES)}")
     if line_top_k is None:
-        line_top_k = SESSION_LINE_TOP_K if sessions else DEFAULT_LINE_TOP_K
+        line_top_k = SESSION_TOP_K if sessions else LINE_TOP_K
     scoring = ScoringConfig(
-        line_top_k=line_top_k,
-        line_unit=line_unit,
-        capped_top_k=capped_top_k,
-        false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE,
+        line_top_k=line_top_k, false_alarm_rate=false_alarm_rate or DEFAULT_FALSE_ALARM_RATE
     )
     return TrainConfig(
         preset=preset, window=window or TrainConfig.window, fit_window=window is None, seed=seed,
-        epochs=epochs, min_steps=min(min_steps, max_steps), max_steps=max_steps, scoring=scoring,
+        max_steps=max_steps, scoring=scoring,
         stream_key=stream_key, merge_across_words=merge_across_words,
     )  # fmt: skip
 
@@ -229,9 +214,7 @@ def train_command(
     preset: PresetOpt = "auto",
     window: WindowOpt = None,
     seed: SeedOpt = 0,
-    epochs: EpochsOpt = 2.0,
-    min_steps: MinStepsOpt = 200,
-    max_steps: StepsOpt = 2000,
+    max_steps: StepsOpt = 5000,
     merge_across_words: MergeAcrossWordsOpt = False,
     stream_key: StreamKeyOpt = None,
     false_alarm_rate: RateOpt = None,
@@ -240,24 +223,9 @@ def train_command(
         typer.Option(
             min=0,
             help="Line score: mean surprisal of the line's k most surprising words (0: all of them). "
-            f"Default: {DEFAULT_LINE_TOP_K}, and {SESSION_LINE_TOP_K} (all) for --format sessions.",
+            f"Default: {LINE_TOP_K}, and {SESSION_TOP_K} (all) for --format sessions.",
         ),
     ] = None,
-    line_unit: Annotated[
-        LineUnit,
-        typer.Option(
-            help="What --line-top-k counts: words (each by its most surprising token) or tokens "
-            "(BPE pieces; the default before stop 14, quieter on some logs: docs/quality.md)."
-        ),
-    ] = LineUnit.word,
-    capped_top_k: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="The second line score: mean of the k most surprising words, each token's surprisal "
-            "capped at 1.25 ln V (0: off, one score). A line scores the higher of the two (docs/quality.md).",
-        ),
-    ] = DEFAULT_CAPPED_TOP_K,
     from_model: Annotated[
         Path | None,
         typer.Option(
@@ -295,8 +263,8 @@ def train_command(
     if prompt_only and (from_model is None or feedback is not None):
         raise fail("--prompt-only needs --from MODEL and no --feedback (it changes no weights)")
     config = _train_config(
-        preset, window, seed, epochs, min_steps, max_steps, line_top_k, false_alarm_rate,
-        stream_key if format is Format.lines else None, line_unit.value, merge_across_words, capped_top_k,
+        preset, window, seed, max_steps, line_top_k, false_alarm_rate,
+        stream_key if format is Format.lines else None, merge_across_words,
         sessions=format is Format.sessions,
     )  # fmt: skip
     check_out_dir(out, "--out")
@@ -339,7 +307,7 @@ def train_summary(out: Path, meta: dict) -> str:
     rate = calibration["config"]["false_alarm_rate"]
     return (
         f"wrote {out}: trained on {meta['train_lines']} lines ({meta['train_tokens']} tokens, window "
-        f"{meta['window']}), {meta['train_steps']} steps = {meta['train_epochs']} epochs, final loss "
+        f"{meta['window']}), {meta['train_steps']} steps = {meta['train_epochs']} epochs (kept step {meta['train_best_step']}), final loss "
         f"{meta['final_loss']:.3f}; calibrated on {calibration['heldout_lines']} held-out lines"
         + (f" and {calibration['heldout_sessions']} sessions" if calibration["heldout_sessions"] else "")
         + f"; alerts above score {-math.log10(rate):.2f} (false-alarm rate {rate:g})"
@@ -367,12 +335,6 @@ def beyond_chance_note(chunk: ChunkModel) -> str:
     )
 
 
-def _raw_thresholds(chunk: ChunkModel) -> str:
-    """Each statistic's raw threshold: a line alerts past either one."""
-    capped = chunk.capped_raw_threshold
-    return f"{chunk.raw_threshold:.2f}" + (f" / {capped:.2f}" if capped is not None else "")
-
-
 def print_report(report: ReplayReport, groups: list[Group], console: Console, top: int = 10) -> None:
     """The replay for a person: each model's threshold, then the anomalies grouped by template."""
     if len(report.chunks) > 1:
@@ -383,14 +345,14 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
             "steps",
             "window",
             "threshold",
-            "raw threshold (nats): top 3 / capped",
+            "surprisal threshold (nats)",
             "anomalies",
         ):
             chunks.add_column(column)
         for c in report.chunks:
             chunks.add_row(
                 f"{c.first + 1}-{c.first + c.items}", str(c.train_lines), str(c.train_steps), str(c.window),
-                f"{c.threshold:.2f}", _raw_thresholds(c), str(c.anomalies),
+                f"{c.threshold:.2f}", f"{c.raw_threshold:.2f}", str(c.anomalies),
             )  # fmt: skip
         console.print(chunks)
     for c in report.chunks:
@@ -490,9 +452,7 @@ def replay_command(
     preset: PresetOpt = "auto",
     window: WindowOpt = None,
     seed: SeedOpt = 0,
-    epochs: EpochsOpt = 2.0,
-    min_steps: MinStepsOpt = 200,
-    max_steps: StepsOpt = 2000,
+    max_steps: StepsOpt = 5000,
     merge_across_words: MergeAcrossWordsOpt = False,
     false_alarm_rate: RateOpt = None,
     threshold: ThresholdOpt = None,
@@ -521,7 +481,7 @@ def replay_command(
         input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value,
         train_config=_train_config(
-            preset, window, seed, epochs, min_steps, max_steps, false_alarm_rate=false_alarm_rate,
+            preset, window, seed, max_steps, false_alarm_rate=false_alarm_rate,
             stream_key=stream_key, merge_across_words=merge_across_words, sessions=format is Format.sessions,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
@@ -690,13 +650,13 @@ def demo_command(
     err.print(f"demo: baseline {files.baseline}, incident log {files.incidents} (labels: {files.labels})")
     train_command(
         [files.baseline], out=out / "model", format=Format.lines, only_normal=False, preset=preset,
-        window=window, seed=0, epochs=100.0, min_steps=min(200, max_steps), max_steps=max_steps,
+        window=window, seed=0, max_steps=max_steps,
         stream_key=STREAM_KEY, false_alarm_rate=None,
     )  # fmt: skip
     replay_command(
         files.incidents, model=out / "model", format=Format.lines, labels=files.labels, stream_key=STREAM_KEY,
         out=out / "scores.jsonl", json_output=False, report_path=out / "report.html", auto_train=AutoTrain.first, preset=preset, window=window,
-        seed=0, epochs=2.0, min_steps=min(200, max_steps), max_steps=max_steps, false_alarm_rate=None,
+        seed=0, max_steps=max_steps, false_alarm_rate=None,
         threshold=None, alerts=None, deliver=False,
     )  # fmt: skip
 

@@ -187,6 +187,7 @@ class _Rules:
     revision: int
     by_length: dict[int, list[list[str]]]
     cache: dict[str, bool]
+    anomalies: dict[int, list[list[str]]]  # templates confirmed as anomalies, by token count
 
 
 class FeedbackRules:
@@ -208,7 +209,7 @@ class FeedbackRules:
         self.clock = clock
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
-        self._rules = _Rules(-1, {}, {})
+        self._rules = _Rules(-1, {}, {}, {})
         self.refresh(force=True)
 
     def refresh(self, force: bool = False) -> bool:
@@ -223,11 +224,11 @@ class FeedbackRules:
             if revision == self._rules.revision:
                 return False
             by_length: dict[int, list[list[str]]] = {}
+            anomalies: dict[int, list[list[str]]] = {}
             for template, verdict in latest_verdicts(self.store.listed()).items():
-                if verdict == "normal":
-                    tokens = template.split()
-                    by_length.setdefault(len(tokens), []).append(tokens)
-            self._rules = _Rules(revision, by_length, {})
+                tokens = template.split()
+                (by_length if verdict == "normal" else anomalies).setdefault(len(tokens), []).append(tokens)
+            self._rules = _Rules(revision, by_length, {}, anomalies)
             return True
 
     @property
@@ -244,6 +245,24 @@ class FeedbackRules:
             if len(rules.cache) < MAX_CACHED:  # bounded: hostile input mints templates without end
                 rules.cache[mined] = hit
         return hit
+
+    def verdict(self, masked: str, stream: str) -> str | None:
+        """The verdict on a masked line (or template): "anomaly" when a confirmed template
+        matches it (it wins over any "normal" rule), else "normal" when a template marked
+        normal does, else None. A rule matches token by token, its `<*>` standing for any
+        token; a line's own tokens are taken as they are, so a rule never matches more lines
+        than its literal tokens say (a widened template of the line does not count)."""
+        tokens = masked.split()
+        rules = self._rules
+        if any(_matches(rule, tokens) for rule in rules.anomalies.get(len(tokens), ())):
+            return "anomaly"
+        if any(_matches(rule, tokens) for rule in rules.by_length.get(len(tokens), ())):
+            return "normal"
+        return None
+
+
+def _matches(rule: list[str], tokens: list[str]) -> bool:
+    return all(x == y or x == WILDCARD for x, y in zip(rule, tokens, strict=True))
 
 
 # -- what an operator points at -> a template ------------------------------------------

@@ -85,7 +85,7 @@ class ModelFollower:
         except UserError as exc:
             log.error("model_reload_failed", version=version, error=str(exc))
             return None
-        new.feedback = current.feedback
+        new.rules = current.rules
         carried = carry_streams(current, new)
         log.info("model_reloaded", version=version, previous=previous, model_id=new.model_id, streams=carried)
         return new

@@ -38,9 +38,9 @@ from logstream.errors import UserError
 from logstream.presets import PRESETS
 from logstream.quiet import MAX_SOURCES, BaselineRhythm
 from logstream.regex import RegexError, compile_safe
-from logstream.scoring import Calibration
+from logstream.scoring.calibration import Calibration
 
-META_VERSION = 2  # 2: calibrated tails (scores in -log10 p); 1 had raw quantile thresholds
+META_VERSION = 3  # 3: level priors after calibration, exponential or heavier tails
 META_FILE = "logstream.json"
 
 # Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim

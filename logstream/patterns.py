@@ -25,7 +25,6 @@ the miner keeps such lines (`CACHED_LINES`) and forgets them all at the next cha
 from __future__ import annotations
 
 import hashlib
-from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -139,58 +138,6 @@ class PatternMiner:
         """All templates, most frequent first."""
         clusters = sorted(self._miner.drain.clusters, key=lambda c: (-c.size, c.cluster_id))
         return [Template(template_id(c.get_template()), c.get_template(), int(c.size)) for c in clusters]
-
-
-class RecentPatterns:
-    """How often each stream's last `window` lines had a template: the burst count.
-
-    A small model trained on a few thousand lines cannot copy from its context, so the
-    twentieth `Kerberos authentication failed` of a burst is as surprising to it as the
-    first. With `ScoringConfig.repeat_window` set, scoring subtracts log(1 + count) nats:
-    a line whose pattern the stream just showed c times is (1 + c) times less surprising.
-    At most `max_streams` streams are kept (least recently used are forgotten).
-    """
-
-    def __init__(self, window: int, max_streams: int = MAX_TEMPLATES) -> None:
-        self.window = window
-        self.max_streams = max_streams
-        self._streams: OrderedDict[str, tuple[deque[int], Counter[int]]] = OrderedDict()
-
-    def add(self, stream: str, template: int) -> int:
-        """Times `template` occurred in the stream's last `window` lines; then record this line."""
-        if self.window <= 0:
-            return 0
-        if stream not in self._streams:
-            self._streams[stream] = (deque(), Counter())
-            if len(self._streams) > self.max_streams:
-                self._streams.popitem(last=False)
-        self._streams.move_to_end(stream)
-        recent, counts = self._streams[stream]
-        seen = counts[template]
-        recent.append(template)
-        counts[template] += 1
-        if len(recent) > self.window:
-            oldest = recent.popleft()
-            counts[oldest] -= 1
-            if not counts[oldest]:
-                del counts[oldest]
-        return seen
-
-    def drop(self, stream: str) -> None:
-        self._streams.pop(stream, None)
-
-    def recent(self, stream: str) -> list[int]:
-        """The stream's last `window` template ids, oldest first (what `restore` takes)."""
-        return list(self._streams[stream][0]) if stream in self._streams else []
-
-    def restore(self, stream: str, templates: list[int]) -> None:
-        """Set a stream's recent template ids (oldest first), as `add` would have left them."""
-        self.drop(stream)
-        for template in templates[-self.window :] if self.window > 0 else []:
-            self.add(stream, template)
-
-    def clear(self) -> None:
-        self._streams.clear()
 
 
 def seeded_miner(templates: Iterable[str]) -> PatternMiner:

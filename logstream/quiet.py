@@ -60,7 +60,7 @@ import numpy as np
 
 from logstream.event_time import line_time
 from logstream.records import Stream
-from logstream.tail import MIN_SAMPLES, TailFit, count, finite, fit_tail
+from logstream.scoring.tail import MIN_SAMPLES, TailFit, count, finite, fit_tail
 
 MAX_SOURCES = 4096  # (stream, source) pairs watched
 MAX_GAPS = 500  # a source's most recent gaps kept for its fit

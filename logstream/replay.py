@@ -7,10 +7,8 @@ Without `--model` the detector is trained on the input itself:
   held-out lines, so 2k lines make 2 chunks, 5k lines 4 and 100k lines 5); chunk
   k >= 1 is scored by the model trained on chunks 0..k-1 (each model continues the
   previous one on the newest chunk). Chunk 0 has no past: the model trained on it scores
-  it (its held-out lines out of sample, the rest in sample). So that a one-off incident
-  there is not learned, these models count each rare event about once
-  (`TrainConfig.rare_events_once`); a model of chunk 1, which scored chunk 0 until stop 16,
-  had never seen that period (docs/quality.md).
+  it (its held-out lines out of sample, the rest in sample; early stopping on validation
+  windows keeps it from memorizing a one-off incident there).
 
 Every chunk's scores are in the one calibrated unit (-log10 p, `scoring`), so they
 share one threshold; the report lists each chunk's model, its raw-score threshold and how
@@ -46,6 +44,7 @@ import numpy as np
 from logstream.alerts.context import LineContext
 from logstream.consumers.file import read_file
 from logstream.detector import Detector, ScoredLine
+from logstream.evaluation.metrics import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.explain import Explanation
 from logstream.groups import Group, Grouper
 from logstream.inputs import (
@@ -64,7 +63,6 @@ from logstream.inputs import (
 )
 from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream
-from logstream.scoring import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.train import TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
@@ -106,12 +104,9 @@ class Unit:
     threshold: float
     label: int | None
     index: int = 0  # item number (lines or sessions read), 0-based; labels are indexed by it
-    raw: float = 0.0  # nats: surprisal + severity prior + novelty
-    surprisal: float = 0.0  # nats/token, the model alone
+    surprisal: float = 0.0  # nats, the model alone
     level: str | None = None
     novel: bool = False
-    crash: bool = False  # unseen, and its words name a crash: its score holds the crash bonus
-    follows: bool = False  # unseen, right after its source's alert: its score is that alert's
     chunk: int = 0  # which model scored it (prequential replay)
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
     template: str | None = None  # the template mined for the line when it was scored
@@ -123,7 +118,7 @@ class Unit:
 
     @property
     def is_anomaly(self) -> bool:
-        return self.score > self.threshold
+        return self.anomaly is not None
 
 
 # Spark_2k's first chunk when the model of the second scored it (stop 16): 8.8%; the dev sets'
@@ -141,11 +136,10 @@ class ChunkModel:
     train_steps: int
     window: int
     threshold: float  # -log10 p: the same for every chunk
-    raw_threshold: float  # the raw score (nats) that this chunk's threshold corresponds to
+    raw_threshold: float  # the surprisal (nats) that this chunk's threshold is for a line without a level
     anomalies: int = 0  # its items over the threshold: a model that never saw this period shows here
     model_id: str = ""  # as alerts carry it: the model dir's name (or auto-train) @ data hash
     model_version: str = ""  # when the model was trained
-    capped_raw_threshold: float | None = None  # the same for the capped statistic (None: off)
 
     def to_json(self) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -159,13 +153,14 @@ class ChunkModel:
 
 
 class Columns:
-    """Per scored item, the numbers the metrics and the timeline need, in compact arrays: 41
-    bytes an item and no text (1.1 KB a line before), so 200k lines keep 8 MB here. Scores
+    """Per scored item, the numbers the metrics and the timeline need, in compact arrays: 42
+    bytes an item and no text, so 200k lines keep 8 MB here. Scores
     stay float64 so that the metrics are those of the scores themselves."""
 
     def __init__(self) -> None:
         self.score, self.threshold = array("d"), array("d")
         self.label = array("b")  # -1: no label
+        self.alert = array("b")  # 1: it alerted (over the threshold, or an operator's "anomaly")
         self.index, self.line = array("q"), array("q")
         self.stream = array("i")  # number in `streams`
         self.at = array("i")  # Unit.at
@@ -175,6 +170,7 @@ class Columns:
         self.score.append(u.score)
         self.threshold.append(u.threshold)
         self.label.append(-1 if u.label is None else u.label)
+        self.alert.append(u.is_anomaly)
         self.index.append(u.index)
         self.line.append(u.line)
         self.stream.append(self.streams.setdefault(u.stream, len(self.streams)))
@@ -191,8 +187,8 @@ class Columns:
         return self.numpy("score")
 
     def flagged(self) -> np.ndarray:
-        """score - threshold: > 0 is an anomaly."""
-        return self.numpy("score") - self.numpy("threshold")
+        """Whether each item alerted."""
+        return self.numpy("alert").astype(bool)
 
     def labels(self) -> np.ndarray | None:
         """The items' labels, or None unless every item has one."""
@@ -303,9 +299,8 @@ class Tally:
 def _row(u: Unit) -> dict[str, Any]:
     """The `--out` row: `line` is 1-based in the input file, `index` the 0-based item."""
     return {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
-            "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly, "raw": round(u.raw, 4),
-            "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "crash": u.crash,
-            "follows": u.follows, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
+            "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly,
+            "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
 
 
@@ -314,7 +309,7 @@ def quiet_json(quiet: ScoredLine) -> dict[str, Any]:
     record = quiet.record
     return {"line": record.offset + 1 if record.offset is not None else None, "stream": record.stream,
             "score": round(quiet.score, 4), "threshold": round(quiet.threshold, 4),
-            "silent_seconds": round(quiet.raw, 1), "template": quiet.template, "text": record.line}  # fmt: skip
+            "silent_seconds": round(quiet.surprisal, 1), "template": quiet.template, "text": record.line}  # fmt: skip
 
 
 def _batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -370,8 +365,7 @@ class _Scorer:
         return Unit(
             stream=unit.record.stream, text=scored.record.line, score=unit.score,
             threshold=scored.threshold, label=label, index=index,
-            raw=scored.raw, surprisal=scored.surprisal, level=scored.level, novel=scored.novel,
-            crash=scored.crash, follows=scored.follows, chunk=self.chunk, line=line, template=scored.template,
+            surprisal=scored.surprisal, level=scored.level, novel=scored.novel, chunk=self.chunk, line=line, template=scored.template,
             explanation=scored.explanation, event_time=scored.record.timestamp,
             anomaly=self.detector.anomaly(unit),
         )  # fmt: skip
@@ -518,9 +512,6 @@ def train_parts(
         baseline = to_streams(options, data, data.slice(0, cut))
         _, detector = _train_part(baseline, options, progress, f"on items 1-{cut}", None)
         return [Part(cut, n_items - cut, detector, (0, cut))]
-    # the first chunk is scored by the model trained on it: its one-off events must count once
-    config = dataclasses.replace(options.train_config, rare_events_once=True)
-    options = dataclasses.replace(options, train_config=config)
     bounds = chunk_bounds(n_items)
     n = len(bounds) - 1
     parts: list[Part] = []
@@ -594,7 +585,8 @@ def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, 
 
 def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
     detector = part.detector
-    line_tail, capped_tail = detector.tails
+    online = detector.scorer.online
+    line_tail = online.fit if online is not None else detector.calibration.line
     rate = 10**-detector.threshold
     return ChunkModel(
         first=part.first, items=part.count, anomalies=anomalies, train_lines=detector.meta.get("train_lines", 0),
@@ -602,5 +594,4 @@ def _chunk_model(part: Part, anomalies: int) -> ChunkModel:
         threshold=detector.threshold,
         raw_threshold=line_tail.raw_threshold(rate) if line_tail is not None else detector.threshold,
         model_id=detector.model_id, model_version=str(detector.meta.get("created_at", "")),
-        capped_raw_threshold=capped_tail.raw_threshold(rate) if capped_tail is not None else None,
     )  # fmt: skip

@@ -39,7 +39,7 @@ from logstream.model import ModelDirError, load_model_dir
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
 from logstream.quiet import learn_baseline
-from logstream.scoring import Calibration
+from logstream.scoring.calibration import Calibration
 from logstream.train import Stream, TrainConfig, Trained, calibrate, data_sha256, heldout_split, train
 
 SAMPLE_FILE = "baseline_sample.jsonl"

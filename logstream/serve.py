@@ -126,12 +126,8 @@ class AuditLog:
                 "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
                 "model": model,  # the version that scored it (`logstream models compare`)
             }
-            if line.crash:
-                entry["crash"] = True  # unseen, and its words name a crash: the score holds +1.3
-            if line.follows:
-                entry["follows"] = True  # unseen, right after its source's alert: the score is that alert's
-            if line.suppressed:
-                entry["suppressed"] = True  # over the threshold, but its template was marked normal
+            if line.verdict is not None:
+                entry["verdict"] = line.verdict  # an operator's verdict on its template decided it
             if shadow:
                 entry["shadow"] = True  # a candidate's score: it never reached the sink
             self._file.write(json.dumps(entry) + "\n")
@@ -384,7 +380,7 @@ class Service:
         THRESHOLD.set(self.detector.threshold)
         CACHE_BYTES.set(self.detector.cache_bytes)
         ACTIVE_STREAMS.set(len(self.detector.engine.streams))
-        TEMPLATES.set(self.detector.miner.size)
+        TEMPLATES.set(self.detector.scorer.miner.size)
 
     async def _commit(self) -> None:
         offsets = dict(self._processed)
@@ -542,9 +538,9 @@ async def serve(settings: ServeSettings) -> int:
             assert settings.model.dir is not None  # ModelSettings: exactly one of dir and store
             detector = await asyncio.to_thread(Detector.load, settings.model.dir, **options)
         if feedback is not None:
-            detector.feedback, feedback.normalizer = feedback.rules, detector.normalizer
+            detector.rules, feedback.normalizer = feedback.rules, detector.normalizer
             if shadow is not None:
-                shadow.detector.feedback = feedback.rules
+                shadow.detector.rules = feedback.rules
         health.model_loaded = True
         BUILD_INFO.labels(version=__version__, model_id=detector.model_id).set(1)
         THRESHOLD.set(detector.threshold)

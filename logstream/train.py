@@ -7,18 +7,16 @@ in training and in serving. The loss is on log tokens only.
 Baselines may contain incidents. After warm-up, each batch caps the loss of the
 share `robust_share` of its lines with the highest loss (see
 `robust_token_weights`), so a rare incident is not memorized: it stays surprising.
-The cap acts per batch, and a small baseline is read ten times or more; with
-`rare_events_once` (what `replay --auto-train all` trains with) each line also weighs
-min(1, n / epochs), n the baseline's lines of its template (`rare_event_weights`): over
-the whole run a line then counts n times (at most `epochs`), so a one-off event about once,
-while a template seen at least once per epoch trains as before.
 Calibration is robust too: the tail fit drops held-out peaks that are implausible
 for the normal lines' tail (`tail.fit_tail`).
 
 The schedule adapts to the data, so a 1,000-line baseline trains as well as a
 million-line one: the window shrinks to what the baseline can fill many times over
 (`plan_window`, unless a window is asked for), the preset follows the baseline's size
-(`choose_preset`), and the number of steps has a floor (`plan_steps`).
+(`choose_preset`), and training stops when the loss on validation windows (a share of
+the training windows the optimizer never sees) has not improved for `patience`
+evaluations, keeping the best weights (`fit`): a large baseline trains for as long as it
+keeps teaching, a small one stops before it memorizes, within [`min_steps`, `max_steps`].
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ import hashlib
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,18 +38,11 @@ from logstream.detector import Detector
 from logstream.errors import UserError
 from logstream.model import PRESETS, build_model, save_model_dir
 from logstream.normalize import Normalizer
-from logstream.patterns import MAX_TEMPLATES, PatternMiner, mine, pattern_prompt
+from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
 from logstream.quiet import learn_baseline
 from logstream.records import Stream
-from logstream.scoring import (
-    Calibration,
-    Observation,
-    ScoringConfig,
-    fit_calibration,
-    fit_sessions,
-    incident_sessions,
-    session_worst,
-)
+from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
+from logstream.scoring.config import ScoringConfig
 from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 
 MIN_WINDOW = 64
@@ -67,16 +57,14 @@ class TrainConfig:
     window: int = 2048  # L: ring slots per stream (at most, with fit_window)
     fit_window: bool = True  # shrink the window to what the baseline fills (`plan_window`)
     seed: int = 0
-    epochs: float = 2.0
-    min_steps: int = 200  # a floor, so that small baselines are learned
-    max_steps: int = 2000
+    min_steps: int = 100  # a floor: validation loss is noisy at the start
+    max_steps: int = 5000  # the budget, whatever the validation loss does
+    eval_every: int = 50  # steps between validation losses
+    patience: int = 4  # evaluations without improvement before training stops
     batch_size: int = 8
     lr: float = 3e-3
     warmup_fraction: float = 0.1
     robust_share: float = 0.05  # share of each batch's lines whose loss is capped after warm-up
-    # a line of a template with n < epochs lines weighs n / epochs; on for `replay --auto-train
-    # all`, off for `train`: it broke the contaminated HDFS baseline's session calibration
-    rare_events_once: bool = False
     heldout_fraction: float = 0.1
     prompt_templates: int = 16
     sink_tokens: int = 256  # cap on S
@@ -107,13 +95,18 @@ def sink_budget(config: TrainConfig, window: int) -> int:
     return min(config.sink_tokens, max(1, window // 2))
 
 
-def plan_steps(examples: int, config: TrainConfig, continued: bool = False) -> tuple[int, float]:
-    """(steps, epochs): `epochs` passes, at least `min_steps` (half of it when continuing a
-    model that already knows the system), at most `max_steps`."""
-    per_epoch = max(1.0, examples / config.batch_size)
-    floor = config.min_steps // 2 if continued else config.min_steps
-    steps = min(config.max_steps, max(floor, math.ceil(config.epochs * per_epoch)))
-    return steps, round(steps / per_epoch, 2)
+VALIDATION_SHARE = 0.1  # of the training windows, at most MAX_VALIDATION of them
+MAX_VALIDATION = 32
+
+
+def split_validation(examples: list[Example], seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, validation): a seeded VALIDATION_SHARE of the windows (at most MAX_VALIDATION)
+    for early stopping; none when there are fewer than 10 windows (no early stopping)."""
+    if len(examples) < 10:
+        return examples, []
+    n = min(MAX_VALIDATION, max(1, round(len(examples) * VALIDATION_SHARE)))
+    held = set(random.Random(seed).sample(range(len(examples)), n))
+    return [e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held]
 
 
 @dataclass
@@ -194,22 +187,6 @@ def make_examples(
     return examples
 
 
-def rare_event_weights(masked: list[list[str]], epochs: float) -> list[list[float]]:
-    """Per stream, per masked line: min(1, n / epochs), n the lines of its Drain template in
-    all of `masked`.
-
-    Every line is read `epochs` times; the robust cap (`robust_token_weights`) lowers a
-    surprising line's weight in each batch but not how often it comes back, so a small
-    baseline read ten times learns its one-off incidents. Weighted so, a line counts over
-    the run as often as its template has lines, at most `epochs` times: a one-off line about
-    once, and a template seen at least once per epoch as before (docs/quality.md, "rare
-    events count once")."""
-    miner = PatternMiner()
-    clusters = [[miner.add(line).cluster for line in stream] for stream in masked]
-    lines = Counter(c for stream in clusters for c in stream)
-    return [[min(1.0, lines[c] / epochs) for c in stream] for stream in clusters]
-
-
 def robust_token_weights(
     token_loss: torch.Tensor, line_ids: torch.Tensor, mask: torch.Tensor, share: float
 ) -> torch.Tensor:
@@ -236,18 +213,63 @@ def robust_token_weights(
     return weights
 
 
+def _batch(batch: list[Example], sink_ids: list[int]) -> tuple[torch.Tensor, ...]:
+    """(tokens [B, S+T], line index per token [B, T], mask [B, T], weight per token [B, T])."""
+    S, T = len(sink_ids), max(len(ids) for ids, _, _ in batch)
+    tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
+    line_ids = torch.zeros(len(batch), T, dtype=torch.long)
+    mask = torch.zeros(len(batch), T, dtype=torch.bool)
+    weight = torch.zeros(len(batch), T)
+    for b, (ids, lines, w) in enumerate(batch):
+        tokens[b, :S] = torch.tensor(sink_ids)
+        tokens[b, S : S + len(ids)] = torch.tensor(ids)
+        line_ids[b, : len(ids)] = torch.tensor(lines)
+        mask[b, : len(ids)] = True
+        weight[b, : len(ids)] = torch.tensor(w)
+    return tokens, line_ids, mask, weight
+
+
+def _token_loss(forward: Callable, tokens: torch.Tensor, S: int, autocast: torch.dtype | None) -> torch.Tensor:
+    """Each log token's loss [B, T]; the sinks are input only."""
+    T = tokens.shape[1] - S
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
+    return F.cross_entropy(logits.float().transpose(1, 2), tokens[:, S:], reduction="none")
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, examples: list[Example], sink_ids: list[int], batch_size: int) -> float:
+    """Mean token loss (nats) of the validation windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(examples), batch_size):
+        tokens, _, mask, _ = _batch(examples[start : start + batch_size], sink_ids)
+        loss = _token_loss(model, tokens, len(sink_ids), None)
+        total += float(loss[mask].sum())
+        count += int(mask.sum())
+    model.train()
+    return total / max(count, 1)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    steps: int  # optimizer steps taken
+    best_step: int  # the step whose weights were kept (the best validation loss)
+    loss: float  # the last smoothed training loss, nats a token
+    validation: float | None  # the best validation loss (None: too few windows to hold any out)
+
+
 def fit(
     model: torch.nn.Module,
     examples: list[Example],
     sink_ids: list[int],
     config: TrainConfig,
-    steps: int,
     progress: Callable[[int, int, float], None] | None = None,
     *,
     compile: bool = False,
     autocast: torch.dtype | None = None,
-) -> float:
-    """Train in place for `steps`; returns the last smoothed loss. Sinks are input only (no loss).
+) -> Fitted:
+    """Train in place until the validation loss stops improving (see the module doc).
 
     Speed levers, off by default (benchmarks/train_speed.py measures them): `compile` runs the
     forward and backward through torch.compile (the same math, reordered rounding);
@@ -255,37 +277,25 @@ def fit(
     """
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
-    warmup = max(1, int(steps * config.warmup_fraction))
+    examples, validation = split_validation(examples, config.seed)
+    max_steps = max(config.max_steps, 1)
+    min_steps = min(config.min_steps, max_steps)
+    warmup = max(1, min(config.eval_every, max_steps // 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, betas=(0.9, 0.95))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)),
-    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
     S = len(sink_ids)
     order: list[int] = []
     smoothed = float("nan")
+    best, best_step, best_state, waited = math.inf, 0, None, 0
     model.train()
     forward = torch.compile(model, dynamic=True) if compile else model
-    for step in range(steps):
+    step = 0
+    while step < max_steps:
         if len(order) < config.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(min(config.batch_size, len(examples)))]
-        T = max(len(ids) for ids, _, _ in batch)
-        tokens = torch.zeros(len(batch), S + T, dtype=torch.long)
-        line_ids = torch.zeros(len(batch), T, dtype=torch.long)
-        mask = torch.zeros(len(batch), T, dtype=torch.bool)
-        example_weight = torch.zeros(len(batch), T)
-        for b, (ids, lines, weight) in enumerate(batch):
-            tokens[b, :S] = torch.tensor(sink_ids)
-            tokens[b, S : S + len(ids)] = torch.tensor(ids)
-            line_ids[b, : len(ids)] = torch.tensor(lines)
-            mask[b, : len(ids)] = True
-            example_weight[b, : len(ids)] = torch.tensor(weight)
-        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            logits = forward(tokens).logits[:, S - 1 : S - 1 + T]  # predicts tokens[S : S+T]  [B, T, V]
-        token_loss = F.cross_entropy(
-            logits.float().transpose(1, 2), tokens[:, S:], reduction="none"
-        )  # [B, T]
+        tokens, line_ids, mask, example_weight = _batch(batch, sink_ids)
+        token_loss = _token_loss(forward, tokens, S, autocast)  # [B, T]
         share = config.robust_share if step >= warmup else 0.0
         weights = robust_token_weights(token_loss, line_ids, mask, share) * example_weight
         loss = (token_loss * weights).sum() / weights.sum().clamp(min=1)
@@ -294,53 +304,42 @@ def fit(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
+        step += 1
         smoothed = loss.item() if math.isnan(smoothed) else 0.9 * smoothed + 0.1 * loss.item()
         if progress:
-            progress(step + 1, steps, smoothed)
+            progress(step, max_steps, smoothed)
+        if validation and (step % config.eval_every == 0 or step == max_steps):
+            value = validation_loss(model, validation, sink_ids, config.batch_size)
+            if value < best * (1 - 1e-3):
+                best, best_step, waited = value, step, 0
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                waited += 1
+            if waited >= config.patience and step >= min_steps:
+                break
+    if best_state is not None and best_step != step:
+        model.load_state_dict(best_state)
     model.eval()
-    return smoothed
+    return Fitted(step, best_step if best_state is not None else step, smoothed, best if validation else None)
 
 
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
-    """Fit the detector's calibration to what it observes on held-out baseline streams.
-
-    The line and end tails come from the held-out lines and stream ends, less the sessions
-    that look like whole incidents (`scoring.incident_sessions`); the session tail from each
-    held-out session's worst calibrated score. No labels are involved.
-    """
+    """Fit the detector's calibration to what it observes on held-out baseline streams
+    (`calibration.fit_heldout`). No labels are involved."""
     detector.reset()
-    detector.calibration = Calibration(config=config)  # observations only, no tails yet
-    lines: list[Observation] = []  # of held-out streams that did not end
-    sessions: list[tuple[list[Observation], float]] = []
+    detector.calibration = Calibration(config=config)  # no tails yet: observations only
+    streams = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
         for session in detector.score_streams(heldout[start : start + group], ends=True):
-            seen = [
-                Observation(s.surprisal, s.level, s.novel, s.repeats, s.known_template, s.capped, s.crash)
-                for s in session.lines
-            ]
-            if session.end is None:
-                lines += seen
-            else:
-                sessions.append((seen, session.end.raw))
-    incidents = incident_sessions(config, [seen for seen, _ in sessions])
-    kept = [session for k, session in enumerate(sessions) if k not in incidents]
-    lines += [o for seen, _ in kept for o in seen]
-    calibration = fit_calibration(config, lines, [end for _, end in kept])
-    worst = [
-        session_worst(
-            [
-                calibration.line_score(
-                    calibration.evidence(o), capped=calibration.capped_evidence(o), crash=o.crash
+            lines = session.lines
+            streams.append(
+                HeldOut(
+                    [s.surprisal for s in lines], [s.template_id for s in lines], [s.level for s in lines],
+                    session.end.surprisal if session.end is not None else None,
                 )
-                for o in seen
-            ],
-            calibration.end_score(end) if calibration.end else None,
-        )
-        for seen, end in sessions
-    ]
-    fit_sessions(calibration, worst)
-    detector.calibration = calibration
+            )
+    detector.calibration = calibration = fit_heldout(config, streams)
     detector.reset()  # the held-out lines taught the miner nothing that scoring should keep
     return calibration
 
@@ -388,11 +387,7 @@ def train(
         known = [t.text for t in mine([*start_from.meta["templates"], *baseline]).templates()]
     encoded = [tokenizer.encode_lines(stream) for stream in masked_streams]
     examples = make_examples(train_streams, encoded, tokenizer.eos_id, window)
-    steps, epochs = plan_steps(len(examples), config, continued=start_from is not None)
-    if config.rare_events_once and epochs > 1:  # the same windows (their number set the epochs), weighted
-        weights = rare_event_weights(masked_streams, epochs)
-        examples = make_examples(train_streams, encoded, tokenizer.eos_id, window, weights)
-    loss = fit(model, examples, sink_ids, config, steps, progress)
+    fitted = fit(model, examples, sink_ids, config, progress)
     meta = {
         "preset": preset,
         "window": window,
@@ -405,9 +400,11 @@ def train(
         "train_lines": len(masked),
         "heldout_lines": sum(len(s.lines) for s in heldout),
         "train_tokens": sum(len(ids) for ids, _, _ in examples),
-        "train_steps": steps,
-        "train_epochs": epochs,
-        "final_loss": loss,
+        "train_steps": fitted.steps,
+        "train_best_step": fitted.best_step,
+        "train_epochs": round(fitted.steps * config.batch_size / max(len(examples), 1), 2),
+        "final_loss": fitted.loss,
+        "validation_loss": fitted.validation,
         "train_seconds": round(time.time() - started, 1),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "stream_key": config.stream_key,  # replay and tail default to it

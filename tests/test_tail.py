@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
 import numpy as np
 import pytest
 
-from logstream.scoring import (
-    SESSION_OUTLIER_SHARE,
-    Observation,
-    ScoringConfig,
-    fit_calibration,
-    incident_sessions,
-)
-from logstream.tail import OnlineTail, TailFit, fit_tail, reference_sample
+from logstream.scoring.calibration import SESSION_OUTLIER_SHARE, fit_calibration, incident_sessions
+from logstream.scoring.config import ScoringConfig
+from logstream.scoring.tail import OnlineTail, TailFit, fit_tail, reference_sample
 
 # (name, sampler): tails of the kind surprisal has (exponential-like) and a heavier one
 TAILS = {
@@ -40,17 +36,25 @@ def observed_rate(name: str, rate: float) -> float:
     [(name, rate) for name in TAILS for rate in (1e-3, 1e-4) if (name, rate) != ("lognormal", 1e-4)],
 )
 def test_threshold_hits_the_target_false_alarm_rate(name: str, rate: float) -> None:
-    """The threshold for a false-alarm rate flags that rate of fresh normal scores, within a factor of 2."""
+    """The threshold for a false-alarm rate flags at most twice that rate of fresh normal scores.
+    A tail lighter than exponential (the gamma's, whose moments fit a bounded shape) is fitted
+    exponential, never bounded, so it errs quiet: down to a fifth of the rate at 1e-4."""
     observed = observed_rate(name, rate)
-    assert rate / 2 <= observed <= rate * 2, f"{name}: observed {observed:.2e} for target {rate:.0e}"
+    assert rate / 5 <= observed <= rate * 2, f"{name}: observed {observed:.2e} for target {rate:.0e}"
 
 
-def test_a_bounded_tail_keeps_ranking_beyond_its_end() -> None:
-    """Uniform scores have an end: past it the probability is 0, yet scores keep rising with
-    the raw score (linear above the cap), so incidents beyond the end still rank."""
+def test_scores_keep_rising_past_the_largest_sample() -> None:
+    """Uniform scores have an end, but the tail is never fitted bounded: past the largest
+    sample the score keeps rising with the raw score, with no plateau and no jump, so lines
+    beyond every normal one still rank, and adjacent rates' thresholds stay apart."""
     fit = fit_tail(np.random.default_rng(6).uniform(0, 10, 3000))
-    assert fit.xi < 0
-    assert fit.score(9.0) < 1.5 < fit.score(10.5) < fit.score(12.0) < fit.score(20.0)
+    assert fit.xi >= 0
+    raw = np.linspace(10, 30, 201)
+    scores = np.array([fit.score(x) for x in raw])
+    assert np.all(np.diff(scores) > 0) and np.all(np.isfinite(scores))
+    assert float(np.max(np.diff(scores))) < 0.5  # no cliff: 0.1 nats never moves a score by half an order
+    thresholds = [fit.raw_threshold(rate) for rate in (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)]
+    assert all(b - a > 0.1 for a, b in itertools.pairwise(thresholds))
 
 
 def test_score_is_minus_log10_of_the_tail_probability() -> None:
@@ -160,9 +164,8 @@ def test_a_dropped_burst_stays_out_of_online_refits() -> None:
     lines and takes them back into the tail."""
     rng = np.random.default_rng(11)
     scores, templates = burst_in_baseline(rng, [999] * 12)
-    lines = [Observation(float(s), None, False, template=t) for s, t in zip(scores, templates, strict=True)]
-    calibration = fit_calibration(ScoringConfig(), lines, [])
-    assert len(calibration.line_reference) == 988 and calibration.line_score(15.0) > 3.5
+    calibration = fit_calibration(ScoringConfig(), [float(s) for s in scores], templates, [])
+    assert len(calibration.line_reference) == 988 and calibration.line_score(15.0, None) > 3.5
     recent = rng.exponential(1.0, 500)
     online, with_burst = (
         OnlineTail(calibration.line, reference, refit_every=500)
@@ -176,12 +179,12 @@ def test_a_dropped_burst_stays_out_of_online_refits() -> None:
     assert with_burst.fit.raw_threshold(3e-4) > online.fit.raw_threshold(3e-4) + 2
 
 
-def held_out_session(rng: np.random.Generator) -> list[Observation]:
-    """13 lines: most of a known template (0.1 nats), a tenth of rarer ones (0.3-2.5 nats)."""
+def held_out_session(rng: np.random.Generator) -> list[float]:
+    """13 lines' surprisal: most of a known template (0.1 nats), a tenth rarer (0.3-2.5 nats)."""
     surprisal = rng.exponential(0.1, 13)
     rare = rng.random(13) < 0.1
     surprisal[rare] = rng.uniform(0.3, 2.5, rare.sum())
-    return [Observation(float(s), None, False) for s in surprisal]
+    return [float(s) for s in surprisal]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -195,14 +198,15 @@ def test_incident_sessions_stay_out_of_the_line_tail(seed: int) -> None:
     rng = np.random.default_rng(seed)
     sessions = [held_out_session(rng) for _ in range(500)]
     for k in range(0, 500, 25):
-        sessions[k][3] = Observation(float(rng.uniform(4, 10)), None, False)
-    incidents = incident_sessions(ScoringConfig(), sessions)
+        sessions[k][3] = float(rng.uniform(4, 10))
+    incidents = incident_sessions([max(s) for s in sessions])
     assert incidents == set(range(0, 500, 25))
     clean = [held_out_session(rng) for _ in range(500)]
-    assert incident_sessions(ScoringConfig(), clean) == set()
+    assert incident_sessions([max(s) for s in clean]) == set()
 
-    def line_score(sessions: list[list[Observation]], raw: float) -> float:
-        return fit_calibration(ScoringConfig(), [o for s in sessions for o in s], []).line_score(raw)
+    def line_score(sessions: list[list[float]], raw: float) -> float:
+        lines = [x for s in sessions for x in s]
+        return fit_calibration(ScoringConfig(), lines, [None] * len(lines), []).line_score(raw, None)
 
     kept = [s for k, s in enumerate(sessions) if k not in incidents]
     assert line_score(sessions, 4.0) < 3.5 < line_score(kept, 4.0)
@@ -260,9 +264,9 @@ def test_online_refit_follows_drift_but_never_learns_flagged_scores() -> None:
 
 def test_an_online_refit_follows_drift_but_never_a_heavier_shape() -> None:
     """Recent lines with a tail of rare high scores: the refit's scale grows with them (the
-    threshold follows), but its shape stays at the calibration's bounded one. Unbounded, the
-    same sample fits a heavier tail, which put a 3e-4 threshold at 65 nats on a real log and
-    silenced a 30-line burst of new disk errors (docs/quality.md)."""
+    threshold follows), but its shape stays at the calibration's. A heavier shape, fitted on
+    a few hundred lines, extrapolates a 3e-4 threshold far past any line and silences the
+    detector."""
     rng = np.random.default_rng(3)
     reference = reference_sample(list(rng.uniform(0, 10, 1000)))
     calibrated = fit_tail(reference)
@@ -271,7 +275,7 @@ def test_an_online_refit_follows_drift_but_never_a_heavier_shape() -> None:
     online = OnlineTail(calibrated, reference, refit_every=500)
     for raw in recent:
         online.observe(float(raw), flagged=False)
-    assert calibrated.xi < 0 and online.fit.xi <= calibrated.xi
+    assert online.fit.xi <= calibrated.xi
     assert fit_tail([*reference, *recent]).xi > calibrated.xi  # what an unbounded refit would take
     assert online.fit.raw_threshold(1e-3) > calibrated.raw_threshold(1e-3) + 5
 
@@ -312,12 +316,9 @@ def test_the_fit_is_honest_about_its_largest_sample() -> None:
 
 
 def test_a_fit_saves_how_many_outliers_it_dropped() -> None:
-    """`outliers` (the largest samples dropped as incidents) survives a save; a fit saved
-    before it existed loads with none."""
+    """`outliers` (the largest samples dropped as incidents) survives a save."""
     rng = np.random.default_rng(3)
     fit = fit_tail(np.r_[rng.exponential(1.0, 995), 12 + rng.exponential(1.0, 5)])
     assert fit.outliers == 5
     saved = json.loads(json.dumps(fit.to_json()))
     assert TailFit.from_json(saved).to_json() == saved
-    older = {k: v for k, v in fit.to_json().items() if k != "outliers"}
-    assert TailFit.from_json(older).outliers == 0

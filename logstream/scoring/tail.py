@@ -27,30 +27,25 @@ incidents and hide every later one like them):
    lines it wrote, and bursts have a cap of their own, MAX_BURST_SHARE of the sample:
    held-out lines are the baseline's last ones, which the model never trained on, so an
    alert burst there is novel to it. Far-out lines of many templates (a boot), or of a
-   template that also has normal-looking lines, stay rare normal lines. (Until stop 26 the
-   exponential's scale came from the lower 75% of the peaks, which took incidents in once
-   they passed a quarter of the peaks, and bursts shared the lines' cap: four held-out
-   bursts, 25 lines of 60 peaks, hid every later alert);
+   template that also has normal-looking lines, stay rare normal lines.;
 2. probability-weighted moments (Hosking & Wallis 1987) fit the GPD to the rest; peaks
    that this fit finds plausible come back and the fit repeats, so a genuinely heavy
    tail is kept while far-out incidents stay out;
 3. a fit that claims more than 5/(n+1) of the mass beyond its own largest sample (a few
    hundred bimodal samples can make the moments do that) is rescaled so that the largest
    sample sits at 1/(n+1).
-xi is clamped to [XI_MIN, XI_MAX]. A negative xi is a bounded tail: a small model's
-surprisal has an upper end (its rare-but-normal lines cluster below it), and an
-exponential fit would stretch that tail past every incident. Near the end the GPD
-probability falls to 0, so above SCORE_CAP (p = 1e-10) a score continues linearly in
-the raw score (an exponential tail of the last fitted slope): the ranking survives
-where the probability has no meaning left.
+xi is clamped to [0, XI_MAX]: an exponential or heavier tail, never a bounded one. A bounded
+tail (xi < 0) ends a little past the largest sample, so every line beyond it scored the same
+cap and the alert count jumped from a handful to a hundred between two adjacent rates; an
+exponential tail keeps the score rising with the evidence, so adjacent rates move the count
+gradually, and a score far past the threshold means a line far past every normal one.
 
 `OnlineTail` refits as normal traffic drifts (DSPOT-style): the calibration sample
 plus the most recent scores that were *not* flagged; a flagged line never moves it. A
 refit's shape is never heavier than the calibration's: the scale and the peak threshold
 follow the recent lines, but a few hundred of them mixing common lines with a new period's
-rare ones fitted shapes from one clamp to the other (-0.5 to +0.5 between two refits of a
-Linux log), and a heavier one extrapolates a 3e-4 threshold far past any line (65 nats
-where the largest was 14), silencing the detector (docs/quality.md).
+rare ones fit shapes far apart, and a heavier one extrapolates a 3e-4 threshold far past
+any line, silencing the detector.
 """
 
 from __future__ import annotations
@@ -70,8 +65,7 @@ MAX_BURST_SHARE = 0.05  # ... and at most 5% of it in bursts, each counted once
 ANCHOR_SLACK = 5.0  # a fit may claim up to 5/(n+1) beyond its largest sample
 MIN_PEAKS = 10
 MIN_SAMPLES = 20
-XI_MIN, XI_MAX = -0.5, 0.5
-SCORE_CAP = 10.0  # -log10 p above which scores continue linearly
+XI_MIN, XI_MAX = 0.0, 0.5
 BODY_POINTS = 64  # quantiles kept to interpolate the empirical part below u
 REFERENCE_SIZE = 2000  # calibration scores kept in the model directory for online refits
 
@@ -94,21 +88,17 @@ class TailFit:
         return np.asarray(self.body), _body_survival(self.peak_share)
 
     def log10_sf(self, x: float) -> float:
-        """log10 P(normal score >= x); -inf beyond the end of a bounded tail."""
+        """log10 P(normal score >= x)."""
         if x >= self.u:
             log_sf = gpd_log_sf_one(x - self.u, self.sigma, self.xi)
-            return math.log10(self.peak_share) + log_sf / math.log(10)  # -inf past a bounded end
+            return math.log10(self.peak_share) + log_sf / math.log(10)
         body, survival = self._body_curve
         # np.interp needs increasing x: body scores rise as survival falls
         return math.log10(float(np.interp(x, body, survival, left=1.0)))
 
     def score(self, x: float) -> float:
         """-log10 p: how many orders of magnitude rarer than 1 in 1 a normal line this high is."""
-        s = -self.log10_sf(x)
-        if s <= SCORE_CAP:
-            return max(0.0, s)
-        cap = self.raw_threshold(10**-SCORE_CAP)
-        return SCORE_CAP + max(0.0, x - cap) / (self.sigma * math.log(10))
+        return max(0.0, -self.log10_sf(x))
 
     def raw_threshold(self, false_alarm_rate: float) -> float:
         """The raw score whose tail probability is `false_alarm_rate`."""
@@ -133,7 +123,7 @@ class TailFit:
             xi=finite(data["xi"], "xi"),
             body=tuple(finite(b, "body") for b in data["body"]),
             samples=count(data["samples"], "samples"),
-            outliers=count(data.get("outliers", 0), "outliers"),  # absent in models saved before stop 19
+            outliers=count(data["outliers"], "outliers"),
         )
         if not 0 < fit.peak_share <= 1 or fit.sigma <= 0 or not XI_MIN <= fit.xi <= XI_MAX:
             raise ValueError(
@@ -170,22 +160,15 @@ def finite(value: object, name: str) -> float:
 
 
 def gpd_log_sf(excess: np.ndarray, sigma: float, xi: float) -> np.ndarray:
-    """ln P(excess > e) under GPD(sigma, xi), elementwise; -inf beyond a bounded tail's end."""
+    """ln P(excess > e) under GPD(sigma, xi >= 0), elementwise."""
     z = excess / sigma
-    if xi == 0:
-        return -z
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(1 + xi * z > 0, -np.log1p(np.maximum(xi * z, -1 + 1e-12)) / xi, -np.inf)
+    return -z if xi == 0 else -np.log1p(xi * z) / xi
 
 
 def gpd_log_sf_one(excess: float, sigma: float, xi: float) -> float:
     """`gpd_log_sf` of one excess, without numpy's overhead (scoring calls it once per line)."""
     z = excess / sigma
-    if xi == 0:
-        return -z
-    if 1 + xi * z > 0:
-        return -math.log1p(max(xi * z, -1 + 1e-12)) / xi
-    return -math.inf
+    return -z if xi == 0 else -math.log1p(xi * z) / xi
 
 
 def _body_survival(peak_share: float) -> np.ndarray:
@@ -207,12 +190,6 @@ def _pwm_gpd(excess: np.ndarray, xi_max: float = XI_MAX) -> tuple[float, float]:
         xi = min(max(xi, XI_MIN), xi_max) if abs(xi) >= 1e-6 else min(0.0, xi_max)
         # refit sigma for the clamped shape: the GPD's mean excess is sigma / (1 - xi)
         sigma = max(a0, 1e-9) * (1 - xi)
-    top = float(excess[-1])
-    if xi < 0 and top > 0:  # a bounded tail must end beyond every peak it was fitted on
-        if -sigma / (1.05 * top) <= xi_max:
-            xi = max(xi, -sigma / (1.05 * top))
-        else:  # a shape heavier than xi_max would: the scale stretches instead
-            xi, sigma = xi_max, -xi_max * 1.05 * top
     return sigma, xi
 
 
@@ -309,7 +286,7 @@ def _anchor_at_maximum(
     With `censored` scores known to lie above it (an online refit's flagged lines, left out
     of its sample) the largest sample's survival is (1 + censored) / (n + censored + 1):
     anchored at 1/(n+1), a refit's sample, cut at the threshold, pulled the threshold down
-    to that cut, refit after refit (docs/quality.md, stop 39).
+    to that cut, refit after refit (so a refit never drifts the threshold down).
     """
     if top_excess <= 0:
         return sigma

@@ -1,20 +1,17 @@
-"""Severity from content: a line's level field, or failure words anywhere in it.
+"""A line's level: its level field, or the failure words anywhere in it.
 
-Severity is a *prior* (DESIGN "Scoring"): a surprising ERROR line matters more than a
-surprising INFO line. Many real logs have no level field (syslog, kernel, sshd) and say
-what went wrong in words, in any case: `Out of memory: Kill process`, `EXT3-fs error`,
-`Remounting filesystem read-only`, `segfault at 0`. So a line's severity is the higher
-of its level field and the failure words it contains, except that a line its writer marked
-debug or info keeps that level: the writer judged it routine (Hadoop logs `INFO ... Cannot
-assign container` and Zookeeper `INFO ... Notification time out` by the hundred). The prior
-itself (how many nats each severity adds to the surprisal) lives in `scoring.ScoringConfig`.
+Many real logs have no level field (syslog, kernel, sshd) and say what went wrong in words, in
+any case: `Connection refused`, `authentication failure`, `kernel panic`. So a line's level is
+the higher of its level field and the failure words it contains, except that a line its
+writer marked debug or info keeps that level: the writer judged it routine (Hadoop logs
+`INFO ... Cannot assign container` by the hundred). The level is the score's prior
+(`scoring.calibration`): how much a failure weighs, whatever the baseline made of it.
 
 The words are regexes matched case-insensitively on word boundaries; a word right after
 `no `, `0 ` or `without ` does not count (`0 errors`, `no error`), nor does one followed
 later in the line by a *success word* (`enabled`, `supported`, `done`, `ok`, ...): such a
-line reports that a failure-handling feature works (`Intel machine check reporting enabled`,
-`Enabling unmasked SIMD FPU exception support... done`, `switch_module error 0 0 Link ok`),
-not a failure. Both lists are saved in the model directory, so a user can edit them there or
+line reports that a failure-handling feature works (`machine check reporting enabled`), not
+a failure. Both lists are saved in the model directory, so a user can edit them there or
 pass their own to `ScoringConfig`.
 """
 
@@ -24,22 +21,19 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from logstream.normalize import LEVEL_RE, MAX_LINE_CHARS, parse_level
+from logstream.normalize import MAX_LINE_CHARS, parse_level
 
-SEVERITY_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
+LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
 ROUTINE_LEVELS = ("debug", "info")  # a level field its writer chose for routine lines: words do not raise it
 
+# Syslog's (RFC 5424) and the logging libraries' level names and the common failure verbs: a
+# generic vocabulary, not words read off any one log. benchmarks/quality.py measures it
+# against the level field alone and against a longer list of specific failures.
 DEFAULT_FAILURE_WORDS: dict[str, tuple[str, ...]] = {
-    "critical": (
-        "panic", "fatal", "oom", "out of memory", "segfault", "segmentation fault", "core dumped",
-        "kernel bug", "corrupt(?:ed|ion)?", "machine check", "emergency",
-        # the kernel writes a filesystem's errors at KERN_CRIT; syslog files drop the level
-        "ext[2-4]-fs error", "remounting filesystem read-only",
-    ),
+    "critical": ("fatal", "panic", "emerg(?:ency)?", "critical"),
     "error": (
-        "errors?", "fail(?:ed|s|ure|ures)?", "faults?", "faulty", "exceptions?", "killed", "kill process",
-        "read-only", "denied", "time(?:d)? ?out", "timeouts?", "abort(?:ed|ing)?", "crash(?:ed|es)?",
-        "refused", "unreachable", "i/o error", "unable to", "cannot", "traceback",
+        "errors?", "fail(?:ed|s|ure|ures)?", "exceptions?", "denied", "refused", "time(?:d)? ?out",
+        "timeouts?", "abort(?:ed|ing)?", "crash(?:ed|es)?", "unreachable", "cannot", "unable to", "killed",
     ),
     "warning": ("warn(?:ing)?s?", "retry(?:ing)?", "degraded", "deprecated"),
 }  # fmt: skip
@@ -86,11 +80,11 @@ _Compiled = tuple[re.Pattern[str] | None, tuple[tuple[str, re.Pattern[str]], ...
 
 @lru_cache(maxsize=16)
 def _compile(words: tuple[tuple[str, tuple[str, ...]], ...], success_words: tuple[str, ...]) -> _Compiled:
-    """A regex for any failure word (None if there are none), one per severity, highest
+    """A regex for any failure word (None if there are none), one per level, highest
     first, and one for any success word (None if there are none). Most lines have no failure
     word: one search over all words settles them, at half the cost of one search per
-    severity (benchmarks/cpu_speed.py's end-to-end row)."""
-    by_rank = [(level, w) for level, w in sorted(words, key=lambda item: -SEVERITY_RANK[item[0]]) if w]
+    level."""
+    by_rank = [(level, w) for level, w in sorted(words, key=lambda item: -LEVEL_RANK[item[0]]) if w]
     every_word = [word for _, w in by_rank for word in w]
     return (
         _words_regex(every_word) if every_word else None,
@@ -103,13 +97,11 @@ def _key(words: dict[str, tuple[str, ...]] | dict[str, list[str]]) -> tuple[tupl
     return tuple(sorted((level, tuple(w)) for level, w in words.items()))
 
 
-def check_severity_words(words: dict[str, list[str]], success_words: list[str]) -> None:
+def check_level_words(words: dict[str, list[str]], success_words: list[str]) -> None:
     """Raise ValueError naming the bad level or regex."""
     for level in words:
-        if level not in SEVERITY_RANK:
-            raise ValueError(
-                f"failure_words: unknown severity {level!r}; expected one of {list(SEVERITY_RANK)}"
-            )
+        if level not in LEVEL_RANK:
+            raise ValueError(f"failure_words: unknown level {level!r}; expected one of {list(LEVEL_RANK)}")
     named = [(f"failure_words.{level}", p) for level, patterns in words.items() for p in patterns]
     for name, pattern in [*named, *(("success_words", p) for p in success_words)]:
         try:
@@ -118,7 +110,7 @@ def check_severity_words(words: dict[str, list[str]], success_words: list[str]) 
             raise ValueError(f"{name}: invalid regex {pattern!r}: {exc}") from None
 
 
-def line_severity(
+def line_level(
     line: str,
     words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None,
     success_words: Iterable[str] = DEFAULT_SUCCESS_WORDS,
@@ -129,7 +121,7 @@ def line_severity(
     level = parse_level(text)
     if level in ROUTINE_LEVELS:
         return level
-    any_word, by_severity, success = _compile(
+    any_word, by_level, success = _compile(
         _key(DEFAULT_FAILURE_WORDS if words is None else words), tuple(success_words)
     )
     found = any_word.search(text) if any_word is not None else None
@@ -141,28 +133,9 @@ def line_severity(
         start = after[-1]
         if not any_word.search(text, start):
             return level
-    for word_level, regex in by_severity:
-        if level is not None and SEVERITY_RANK[level] >= SEVERITY_RANK[word_level]:
+    for word_level, regex in by_level:
+        if level is not None and LEVEL_RANK[level] >= LEVEL_RANK[word_level]:
             break
         if regex.search(text, start):
             return word_level
     return level
-
-
-def critical_by_words(
-    line: str,
-    words: dict[str, tuple[str, ...]] | dict[str, list[str]] | None = None,
-    success_words: Iterable[str] = DEFAULT_SUCCESS_WORDS,
-) -> bool:
-    """Whether the line's words, not its level field, make it critical: `Out of memory: Kill
-    process`, `segfault at 0`, `rts panic!`. A program that writes FATAL in its level field
-    may write it routinely (BlueGene/L's `ciod` lines); a crash named in the message is rare
-    in normal operation (2 lines of the 30,000 of the 15 loghub samples). A debug or info
-    line stays routine, as in `line_severity`."""
-    text = line[:MAX_LINE_CHARS]
-    field = LEVEL_RE.search(text)
-    if field is not None:
-        if parse_level(field.group(0)) in ROUTINE_LEVELS:
-            return False
-        text = text[: field.start()] + text[field.end() :]
-    return line_severity(text, words, success_words) == "critical"

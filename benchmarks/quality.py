@@ -1,0 +1,477 @@
+"""Detection quality on the dev suite, every constant chosen leave one log out, beside the peers.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/quality.py [--out runs/quality] [--verdicts 0,5,10,20]
+        [--only Linux,HDFS] [--write docs/quality.md]
+
+The dev suite (`logstream.evaluation`):
+- every loghub sample in --data: the first half is the baseline, contaminated with a recurring
+  failure at about 3% of its lines; the second half is scored, with two incidents of each of
+  seven kinds injected in the log's own layout (`evaluation.injection`);
+- Thunderbird as it is: a clean real log, where every alert is a false alarm;
+- HDFS block sessions: trained on the first 80% (normal only; and all of them, 4% anomalous:
+  contaminated), scored on the last 20%;
+- synthetic process traces: long sessions with short attack stretches (`evaluation.traces`).
+Each is trained with `logstream train`'s defaults (`--format sessions` for sessions) and scored
+as `replay --model` scores it.
+
+The protocol. The model's output (each line's token surprisal, each stream end's) does not
+depend on the scoring constants, so it is computed once per log and cached; the scorer
+(`scoring.scorer.Scorer`, the production stages) then runs again for each choice of the
+constants chosen on data (CHOICES). For each log, the constants are those that maximise the
+mean of AUC-PR and F1 over the *other* groups of logs (a group: the logs of one system), and
+that log's figure is measured with them: the headline is the mean of these held-out figures,
+with the worst log beside it. The shipped defaults are the choice over every log.
+
+Verdicts (`--verdicts`): an oracle answers the top-ranked group (template) not yet answered,
+by its lines' majority label, through the feedback store that `logstream feedback` writes,
+and the log is scored again obeying the verdicts (the held-out constants kept).
+
+Models and model outputs are cached under --out, keyed by the training data and config.
+The last stdout line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import pickle
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from logstream.detector import Detector
+from logstream.evaluation.injection import FORMATS, dev_log, strip_label_column
+from logstream.evaluation.metrics import auc_pr, false_alarms_per_1000, precision_recall_f1
+from logstream.evaluation.peers import line_peers, session_peers
+from logstream.evaluation.traces import traces
+from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
+from logstream.inputs import InputStats, read_sessions
+from logstream.model import load_model_dir
+from logstream.records import LogRecord, Stream
+from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
+from logstream.scoring.config import ScoringConfig
+from logstream.scoring.evidence import SESSION_TOP_K
+from logstream.scoring.levels import DEFAULT_FAILURE_WORDS
+from logstream.scoring.scorer import ScoredLine, Scorer
+from logstream.train import TrainConfig, heldout_split, save, train
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGHUB = ROOT.parent / "shared" / "data" / "loghub"
+HDFS = ROOT.parent / "shared" / "data" / "hdfs" / "train_sessions.jsonl"
+SEED = 0
+
+# The failure-word vocabularies a line's level may come from: the level field alone; the
+# generic words (the default's candidates); and those plus specific failures' words.
+VOCABULARIES: dict[str, dict[str, list[str]]] = {
+    "level field": {},
+    "generic": {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()},
+    "generic + specific": {
+        "critical": [*DEFAULT_FAILURE_WORDS["critical"], "oom", "out of memory", "segfault",
+                     "segmentation fault", "core dumped", "kernel bug", "corrupt(?:ed|ion)?", "machine check"],
+        "error": [*DEFAULT_FAILURE_WORDS["error"], "faults?", "faulty", "read-only", "i/o error", "traceback"],
+        "warning": list(DEFAULT_FAILURE_WORDS["warning"]),
+    },
+}  # fmt: skip
+LEVEL_COLUMN = {"warning": 1, "error": 2, "critical": 3}  # other levels (none, debug, info): 0
+# Every constant chosen on data, and the values tried.
+CHOICES = {
+    "line_top_k": (1, 3, 6),
+    "false_alarm_rate": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
+    "refit_every": (0, 500),
+    "vocabulary": tuple(VOCABULARIES),
+    "prior_warning": (0.0, 0.5, 1.0),
+    "prior_error": (0.0, 0.5, 1.0, 1.5, 2.0),
+    "prior_critical": (1.0, 2.0, 3.0, 4.0),
+}
+
+
+@dataclass
+class Case:
+    """One dev log: what to train on and what to score, with labels (per line or session)."""
+
+    name: str
+    group: str  # the logs of one system: leave-one-out leaves the whole group out
+    baseline: list[Stream]
+    scored: list[Stream]  # lines: one stream; sessions: one per session
+    labels: list[int]
+    sessions: bool = False
+    clean: bool = False  # no incidents: only false alarms count
+
+
+def _lines(name: str, data: Path) -> list[str]:
+    lines = data.joinpath(f"{name}_2k.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    return [strip_label_column(line) for line in lines] if name == "Thunderbird" else lines
+
+
+def line_cases(data: Path) -> list[Case]:
+    cases = []
+    for name in FORMATS:
+        log = dev_log(name, _lines(name, data), SEED)
+        cases.append(
+            Case(name, name, [Stream("default", log.baseline)], [Stream("default", log.scored)], log.labels)
+        )
+    clean = dev_log("Thunderbird", _lines("Thunderbird", data), SEED, clean=True)
+    cases.append(
+        Case("Thunderbird (clean)", "Thunderbird", [Stream("default", clean.baseline)],
+             [Stream("default", clean.scored)], clean.labels, clean=True)
+    )  # fmt: skip
+    return cases
+
+
+def session_cases(hdfs: Path) -> list[Case]:
+    sessions = read_sessions(hdfs, InputStats())
+    cut = int(len(sessions) * 0.8)
+    head, tail = sessions[:cut], sessions[cut:]
+    scored = [Stream(s.id, s.lines, ended=True) for s in tail]
+    labels = [int(s.label or 0) for s in tail]
+    train_traces, test_traces = traces(SEED, 150, 0, "train"), traces(SEED, 150, 40, "test")
+    return [
+        Case("HDFS", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head if not s.label], scored, labels,
+             sessions=True),
+        Case("HDFS contaminated", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head], scored, labels,
+             sessions=True),
+        Case("process traces", "traces", [Stream(t.session, t.lines, ended=True) for t in train_traces],
+             [Stream(t.session, t.lines, ended=True) for t in test_traces], [t.label for t in test_traces],
+             sessions=True),
+    ]  # fmt: skip
+
+
+def train_config(case: Case) -> TrainConfig:
+    return TrainConfig(scoring=ScoringConfig(line_top_k=SESSION_TOP_K)) if case.sessions else TrainConfig()
+
+
+# -- the model's output, once per log -----------------------------------------------------
+
+
+@dataclass
+class StreamOutput:
+    """What the model computed for one stream: per line its masked text, token surprisal and
+    word starts; and its end's NLL (sessions)."""
+
+    name: str
+    lines: list[str]
+    masked: list[str] = field(default_factory=list)
+    nll: list[np.ndarray] = field(default_factory=list)
+    starts: list[np.ndarray] = field(default_factory=list)
+    end: float | None = None
+
+
+@dataclass
+class Outputs:
+    heldout: list[StreamOutput]
+    scored: list[StreamOutput]
+    templates: list[str]  # the model's known templates (the miner's seed)
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "_")
+
+
+def model_for(case: Case, out: Path) -> tuple[Detector, Path]:
+    """The case's model, trained once per baseline and config (cached under `out`)."""
+    config = train_config(case)
+    key = json.dumps([asdict(config), [[s.name, s.lines] for s in case.baseline]], default=str)
+    model_dir = out / _slug(case.name) / f"model-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    if not (model_dir / "logstream.json").exists():
+        started = time.time()
+        save(train(case.baseline, config), model_dir)
+        print(f"  trained {case.name} in {time.time() - started:.0f} s", flush=True)
+    model, tokenizer, meta = load_model_dir(model_dir)
+    return Detector(model, tokenizer, meta, device="cpu", model_id=model_dir.name), model_dir
+
+
+def run_model(detector: Detector, streams: list[Stream], ends: bool) -> list[StreamOutput]:
+    """The model's output over whole streams, batched as replay batches them."""
+    out = []
+    group = 64 if ends else 1
+    for start in range(0, len(streams), group):
+        batch = streams[start : start + group]
+        records = [LogRecord(line=line, stream=s.name) for s in batch for line in s.lines]
+        masked, token_ids, nll = detector.token_surprisal(records)
+        k = 0
+        for s in batch:
+            n = len(s.lines)
+            ids = token_ids[k : k + n]
+            closed = detector.close(s.name, end=ends and s.ended)
+            out.append(
+                StreamOutput(s.name, s.lines, masked[k : k + n], nll[k : k + n],
+                             [detector.tokenizer.word_starts(i) for i in ids],
+                             closed.surprisal if closed is not None else None)
+            )  # fmt: skip
+            k += n
+    return out
+
+
+def outputs_for(case: Case, out: Path) -> Outputs:
+    detector, model_dir = model_for(case, out)
+    cache = model_dir / "outputs.pkl"
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+    _, heldout = heldout_split(case.baseline, train_config(case))
+    outputs = Outputs(
+        run_model(detector, heldout, ends=True),
+        run_model(detector, case.scored, ends=case.sessions),
+        list(detector.meta.get("templates", [])),
+    )
+    cache.write_bytes(pickle.dumps(outputs))
+    return outputs
+
+
+# -- the stages, again, over the cached output ------------------------------------------------
+
+
+def scoring_config(choice: dict, sessions: bool) -> ScoringConfig:
+    return ScoringConfig(
+        line_top_k=SESSION_TOP_K if sessions else choice["line_top_k"],
+        level_prior={
+            "warning": choice["prior_warning"],
+            "error": choice["prior_error"],
+            "critical": choice["prior_critical"],
+        },
+        false_alarm_rate=choice["false_alarm_rate"],
+        refit_every=choice["refit_every"],
+        failure_words=VOCABULARIES[choice["vocabulary"]],
+    )
+
+
+def _scored(scorer: Scorer, streams: list[StreamOutput], threshold: float) -> list[list[ScoredLine]]:
+    out = []
+    for s in streams:
+        records = [LogRecord(line=line, stream=s.name) for line in s.lines]
+        out.append(scorer.score(records, s.masked, s.nll, s.starts, threshold))
+    return out
+
+
+def heldout_of(config: ScoringConfig, outputs: Outputs) -> list[HeldOut]:
+    """What `train.calibrate` gathers of the held-out streams, from the cached output."""
+    scorer = Scorer(Calibration(config=config), outputs.templates)
+    lines = _scored(scorer, outputs.heldout, Calibration(config=config).threshold())
+    return [
+        HeldOut(
+            [x.surprisal for x in scored], [x.template_id for x in scored], [x.level for x in scored], s.end
+        )
+        for s, scored in zip(outputs.heldout, lines, strict=True)
+    ]
+
+
+def calibrate(config: ScoringConfig, outputs: Outputs) -> Calibration:
+    """`train.calibrate` over the cached output: the same `fit_heldout`."""
+    return fit_heldout(config, heldout_of(config, outputs))
+
+
+@dataclass
+class Scores:
+    """Per scored item (line or session): its score, whether it alerted, and its rank key
+    (verdicts first: "anomaly" on top, "normal" at the bottom), plus each line's template."""
+
+    score: np.ndarray
+    flagged: np.ndarray
+    rank: np.ndarray
+    templates: list[list[str | None]]  # per item, its lines' templates
+
+
+def score(
+    config: ScoringConfig, outputs: Outputs, sessions: bool, rules: FeedbackRules | None = None
+) -> Scores:
+    calibration = calibrate(config, outputs)
+    scorer = Scorer(calibration, outputs.templates, rules)
+    threshold = calibration.threshold()
+    streams = _scored(scorer, outputs.scored, threshold)
+    if not sessions:
+        lines = streams[0]
+        values = np.array([x.score for x in lines])
+        verdicts = [x.verdict for x in lines]
+        flagged = np.array([x.is_anomaly for x in lines])
+        return Scores(values, flagged, _rank(values, verdicts), [[x.template] for x in lines])
+    values, flagged, verdicts = [], [], []
+    for s, lines in zip(outputs.scored, streams, strict=True):
+        end = calibration.end_score(s.end) if s.end is not None else None
+        value = calibration.session_score([x.score for x in lines], end)
+        confirmed = any(x.verdict == "anomaly" for x in lines)
+        values.append(value)
+        flagged.append(confirmed or (value > threshold and not all(x.verdict == "normal" for x in lines)))
+        verdicts.append("anomaly" if confirmed else None)
+    array = np.array(values)
+    return Scores(
+        array, np.array(flagged), _rank(array, verdicts), [[x.template for x in lines] for lines in streams]
+    )
+
+
+def _rank(values: np.ndarray, verdicts: list[str | None]) -> np.ndarray:
+    shift = np.array([{"anomaly": 1e6, "normal": -1e6}.get(v or "", 0.0) for v in verdicts])
+    return values + shift
+
+
+def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    out = {"fa_per_1000": false_alarms_per_1000(flagged, labels)}
+    if labels.sum():
+        precision, recall, f1 = precision_recall_f1(flagged.astype(float), labels, 0.5)
+        out |= {"auc_pr": auc_pr(scores, labels), "f1": f1, "precision": precision, "recall": recall}
+    return out
+
+
+def objective(metrics: dict[str, float]) -> float:
+    return 0.5 * (metrics["auc_pr"] + metrics["f1"])
+
+
+# -- leave one log out -----------------------------------------------------------------------
+
+
+def grid() -> list[dict]:
+    names = list(CHOICES)
+    out = []
+    for values in itertools.product(*CHOICES.values()):
+        choice = dict(zip(names, values, strict=True))
+        if choice["prior_warning"] <= choice["prior_error"] <= choice["prior_critical"]:
+            out.append(choice)
+    return out
+
+
+def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, float]]:
+    """Each choice's metrics on `case`. The scorer runs once per line top k, rate and vocabulary
+    (the online tail depends on nothing else) with no priors; each prior set then applies to
+    its output as `Calibration.line_score` adds it. A session's tail is fitted on scores that
+    hold the priors, so sessions fit it again per prior set (`fit_heldout`)."""
+    labels = np.array(case.labels)
+    results: list[dict[str, float]] = [{} for _ in choices]
+    keys = defaultdict(list)
+    for i, c in enumerate(choices):
+        keys[
+            (
+                0 if case.sessions else c["line_top_k"],
+                c["false_alarm_rate"],
+                c["vocabulary"],
+                c["refit_every"],
+            )
+        ].append(i)
+    zero = {"prior_warning": 0.0, "prior_error": 0.0, "prior_critical": 0.0}
+    heldout: dict[str, list[HeldOut]] = {}
+    fitted: dict[tuple, Calibration] = {}  # the session tail depends on the vocabulary and priors alone
+    for (top_k, rate, vocabulary, refit), members in keys.items():
+        base = {"line_top_k": top_k, "false_alarm_rate": rate, "vocabulary": vocabulary, "refit_every": refit}
+        config = scoring_config(base | zero, case.sessions)
+        threshold = Calibration(config=config).threshold()
+        calibration = calibrate(config, outputs)
+        lines = _scored(Scorer(calibration, outputs.templates), outputs.scored, threshold)
+        if not case.sessions:
+            plain = np.array([x.score for x in lines[0]])
+            level = np.array([LEVEL_COLUMN.get(x.level or "", 0) for x in lines[0]])
+        else:  # per session, its highest plain score of each level, and its end's score
+            top = np.full((len(lines), len(LEVEL_COLUMN) + 1), -np.inf)
+            for k, scored in enumerate(lines):
+                for x in scored:
+                    column = LEVEL_COLUMN.get(x.level or "", 0)
+                    top[k, column] = max(top[k, column], x.score)
+            ends = [s.end for s in outputs.scored]
+        for i in members:
+            priors = np.r_[0.0, [choices[i][f"prior_{name}"] for name in LEVEL_COLUMN]]
+            if not case.sessions:
+                values = plain + priors[level]
+                results[i] = evaluate(values, values > threshold, labels)
+                continue
+            if vocabulary not in heldout:
+                heldout[vocabulary] = heldout_of(config, outputs)
+            key = (vocabulary, *priors)
+            if key not in fitted:
+                fitted[key] = fit_heldout(scoring_config(choices[i], True), heldout[vocabulary])
+            session = fitted[key]
+            worst = (top + priors).max(axis=1)
+            values = np.array([
+                session.session_score([w], session.end_score(end) if end is not None else None)
+                for w, end in zip(worst, ends, strict=True)
+            ])  # fmt: skip
+            results[i] = evaluate(values, values > threshold, labels)
+    return results
+
+
+def choose(per_case: dict[str, list[dict[str, float]]], cases: list[Case], exclude: str | None) -> int:
+    """The choice with the best mean objective over the labelled cases outside group `exclude`."""
+    used = [c for c in cases if not c.clean and c.group != exclude]
+    means = np.mean([[objective(m) for m in per_case[c.name]] for c in used], axis=0)
+    return int(np.argmax(means))
+
+
+# -- verdicts --------------------------------------------------------------------------------
+
+
+def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, store_path: Path) -> Scores:
+    """Scores after an oracle's `k` verdicts, each on the top-ranked group not yet answered,
+    by its lines' majority label, stored as `logstream feedback` stores them."""
+    store_path.unlink(missing_ok=True)
+    store = FeedbackStore(store_path)
+    rules = FeedbackRules(store, refresh_seconds=0.0)
+    labels = np.array(case.labels)
+    answered: set[str] = set()
+    scores = score(config, outputs, case.sessions, rules)
+    for _ in range(k):
+        best: dict[str, float] = {}
+        votes: dict[str, Counter] = defaultdict(Counter)
+        for item, templates in enumerate(scores.templates):
+            for template in templates:
+                if template is None or template in answered:
+                    continue
+                best[template] = max(best.get(template, -np.inf), scores.rank[item])
+                votes[template][int(labels[item])] += 1
+        if not best:
+            break
+        template = max(best, key=best.__getitem__)
+        verdict = "anomaly" if votes[template][1] > votes[template][0] else "normal"
+        store.add(Feedback(verdict, template, target=f"template:{template}", created_by="oracle"))
+        answered.add(template)
+        scores = score(config, outputs, case.sessions, rules)
+    store.close()
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=LOGHUB)
+    parser.add_argument("--hdfs", type=Path, default=HDFS)
+    parser.add_argument("--out", type=Path, default=Path("runs/quality"))
+    parser.add_argument("--only", default="", help="comma-separated case names or groups (default: all)")
+    parser.add_argument("--verdicts", default="0", help="comma-separated verdict counts, e.g. 0,5,10,20")
+    args = parser.parse_args()
+    cases = [*line_cases(args.data), *session_cases(args.hdfs)]
+    if args.only:
+        wanted = set(args.only.split(","))
+        cases = [c for c in cases if c.name in wanted or c.group in wanted]
+    choices = grid()
+    outputs, per_case = {}, {}
+    for case in cases:
+        started = time.time()
+        outputs[case.name] = outputs_for(case, args.out)
+        per_case[case.name] = sweep(case, outputs[case.name], choices)
+        print(f"  {case.name}: swept {len(choices)} choices in {time.time() - started:.0f} s", flush=True)
+    shipped = choices[choose(per_case, cases, None)]
+    results: dict[str, dict] = {}
+    for case in cases:
+        held_out = choices[choose(per_case, cases, case.group)]
+        labels = np.array(case.labels)
+        row: dict[str, dict] = {"constants": held_out}
+        config = scoring_config(held_out, case.sessions)
+        for k in map(int, args.verdicts.split(",")):
+            s = with_verdicts(case, outputs[case.name], config, k, args.out / "verdicts.sqlite")
+            row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels)
+        baseline = [s.lines for s in case.baseline]
+        peers = (
+            session_peers(baseline, [s.lines for s in case.scored]) if case.sessions
+            else line_peers(baseline[0], case.scored[0].lines)
+        )  # fmt: skip
+        for name, (peer_scores, peer_flagged) in peers.items():
+            row[name] = evaluate(peer_scores, peer_flagged, labels)
+        results[case.name] = row
+        print(f"{case.name:22s} " + "  ".join(
+            f"{name}: " + ", ".join(f"{k}={v:.3f}" for k, v in m.items() if k in ("auc_pr", "f1", "fa_per_1000"))
+            for name, m in row.items() if name != "constants"), flush=True)  # fmt: skip
+    print(json.dumps({"shipped": shipped, "cases": results}, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Calibration: a line's surprisal in the one unit of every score, plus its level's prior.
+
+    score = -log10 P(a normal line's surprisal >= this line's) + prior(level)
+
+The first term is the tail of held-out baseline lines' surprisal (`tail.fit_tail`: peaks over
+threshold, no labels), refitted online on lines that did not alert: a score of 4 says "a
+normal line is this surprising once in 10,000 lines", for any model, chunk or stream. The
+second is the line's level as a probability factor (`ScoringConfig.level_prior`: an error
+line counts 10x as likely to matter). It is added after the tail, on purpose: a baseline
+full of recurring failures teaches the model those lines, and the tail would then call them
+ordinary; the prior is an axis that neither training nor calibration can learn away.
+
+Alerts fire above -log10 of the false-alarm rate. For a line without a level the rate is
+what it says; a level's line alerts 10 ** prior times as readily. An alert is critical
+when its score passes the threshold by CRITICAL_MARGIN orders of magnitude: a line
+100 times rarer than what alerts (`alert_severity`).
+
+Stream ends score the end-of-stream token's NLL against its own tail. A session's score is
+its worst line (or end) score, against the tail of held-out sessions' worst scores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from logstream.errors import UserError
+from logstream.scoring.config import ScoringConfig
+from logstream.scoring.tail import (
+    MAX_OUTLIER_SHARE,
+    MIN_SAMPLES,
+    TailFit,
+    count,
+    finite_list,
+    fit_tail,
+    reference_sample,
+)
+
+CRITICAL_MARGIN = 2.0  # orders of magnitude past the threshold that make an alert critical
+# A session is a whole incident: a baseline "with a few percent of incidents" has a few percent
+# of its sessions far out, so the session tail may drop up to 5% of them (lines: 0.5%)
+SESSION_OUTLIER_SHARE = 0.05
+
+
+@dataclass
+class Calibration:
+    """The tails of held-out baseline scores (no labels), and the scoring config they hold for."""
+
+    config: ScoringConfig = field(default_factory=ScoringConfig)
+    line: TailFit | None = None  # of the lines' surprisal, nats
+    end: TailFit | None = None  # of the end-of-stream NLL, when the model learned stream ends
+    session: TailFit | None = None  # of the held-out sessions' worst scores
+    line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
+    end_reference: list[float] = field(default_factory=list)
+    session_reference: list[float] = field(default_factory=list)
+    heldout_lines: int = 0
+    heldout_sessions: int = 0
+
+    def threshold(self, false_alarm_rate: float | None = None) -> float:
+        """The score threshold for a false-alarm rate (default: the config's)."""
+        return -math.log10(false_alarm_rate or self.config.false_alarm_rate)
+
+    def line_score(self, surprisal: float, level: str | None, fit: TailFit | None = None) -> float:
+        """The calibrated surprisal (`fit`: an online refit of the line tail) plus the level's prior."""
+        tail = fit or self.line
+        return (tail.score(surprisal) if tail is not None else surprisal) + self.config.prior(level)
+
+    def end_score(self, nll: float) -> float:
+        return self.end.score(nll) if self.end is not None else nll
+
+    def session_score(self, line_scores: list[float], end_score: float | None) -> float:
+        """The tail score of the session's worst line or end score."""
+        worst = session_worst(line_scores, end_score)
+        return self.session.score(worst) if self.session is not None else worst
+
+    @property
+    def learned_stream_ends(self) -> bool:
+        return self.end is not None
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for name in FITS:
+            fit = getattr(self, name)
+            out[name] = fit.to_json() if fit is not None else None
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        """A saved calibration; raises ValueError/TypeError/KeyError on bad content."""
+        unknown = set(data) - {*FITS, *REFERENCES, *COUNTS, "config"}
+        if unknown:
+            raise ValueError(f"unknown calibration fields: {sorted(unknown)}")
+        fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
+        references = {name: sorted(finite_list(data.get(name, []), name)) for name in REFERENCES}
+        counts = {name: count(data[name], name) for name in COUNTS}
+        config = data["config"]
+        if not isinstance(config, dict):
+            raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
+        return cls(config=ScoringConfig(**config), **fits, **references, **counts)
+
+
+FITS = ("line", "end", "session")
+REFERENCES = ("line_reference", "end_reference", "session_reference")
+COUNTS = ("heldout_lines", "heldout_sessions")
+
+
+def alert_severity(score: float, threshold: float) -> str:
+    """ "critical" for a score CRITICAL_MARGIN orders of magnitude past the threshold, else "warning"."""
+    return "critical" if score >= threshold + CRITICAL_MARGIN else "warning"
+
+
+def session_worst(line_scores: list[float], end_score: float | None) -> float:
+    return max([*line_scores, *([end_score] if end_score is not None else [])], default=0.0)
+
+
+def _fit(
+    samples: list[float],
+    max_outlier_share: float = MAX_OUTLIER_SHARE,
+    events: list[int | None] | None = None,
+) -> tuple[TailFit | None, list[float]]:
+    """A tail and its reference sample for online refits, or (None, []) with too few samples.
+    Outliers dropped as bursts (more lines than the line cap allows: `fit_tail(events=...)`)
+    stay out of the reference: a refit has only the scores, so it would count their lines and
+    take them back."""
+    if len(samples) < MIN_SAMPLES:
+        return None, []
+    fit = fit_tail(samples, max_outlier_share, events=events)
+    if fit.outliers > max_outlier_share * fit.samples:
+        samples = sorted(v for v in samples if math.isfinite(v))[: fit.samples - fit.outliers]
+    return fit, reference_sample(samples)
+
+
+def fit_calibration(
+    config: ScoringConfig, surprisal: list[float], templates: list[int | None], end_nll: list[float]
+) -> Calibration:
+    """The line tail from held-out lines' surprisal (`templates`: each line's, so a burst counts
+    as one incident) and the end tail from held-out stream ends' NLL (the session tail:
+    `fit_sessions`)."""
+    calibration = Calibration(config=config, heldout_lines=len(surprisal))
+    calibration.line, calibration.line_reference = _fit(surprisal, events=templates)
+    if calibration.line is None:
+        raise UserError(
+            f"calibration: {len(surprisal)} held-out baseline lines; at least {MIN_SAMPLES} are needed (more baseline)"
+        )
+    calibration.end, calibration.end_reference = _fit(end_nll)
+    return calibration
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """What calibration needs of one held-out baseline stream, as the model scored it."""
+
+    surprisal: list[float]  # per line, nats
+    templates: list[int | None]  # per line, its template id (a burst is one incident)
+    levels: list[str | None]  # per line
+    end: float | None = None  # the end-of-stream token's NLL (None: the stream did not end)
+
+
+def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
+    """The calibration of held-out baseline streams: the line and end tails from their lines'
+    surprisal and ends' NLL, less the sessions that look like whole incidents
+    (`incident_sessions`); the session tail from each session's worst score. No labels."""
+    sessions = [s for s in streams if s.end is not None]
+    incidents = incident_sessions([max(s.surprisal, default=0.0) for s in sessions])
+    kept = [s for s in streams if s.end is None] + [s for k, s in enumerate(sessions) if k not in incidents]
+    calibration = fit_calibration(
+        config,
+        [x for s in kept for x in s.surprisal],
+        [t for s in kept for t in s.templates],
+        [s.end for s in kept if s.end is not None],
+    )
+    worst = [
+        session_worst(
+            [calibration.line_score(x, level) for x, level in zip(s.surprisal, s.levels, strict=True)],
+            calibration.end_score(s.end) if s.end is not None else None,
+        )
+        for s in sessions
+    ]
+    fit_sessions(calibration, worst)
+    return calibration
+
+
+def incident_sessions(worst_surprisal: list[float]) -> set[int]:
+    """The held-out sessions that look like whole incidents: those whose most surprising line a
+    tail of these worst lines drops as outliers (at most SESSION_OUTLIER_SHARE of them). Their
+    lines and ends stay out of the line and end tails: a baseline with a few percent of incident
+    sessions has more incident lines than the line tail's 0.5% cap can tell from rare normal
+    lines, and they would stretch it over every incident like them."""
+    if len(worst_surprisal) < MIN_SAMPLES:
+        return set()
+    dropped = fit_tail(worst_surprisal, SESSION_OUTLIER_SHARE).outliers
+    order = np.argsort(worst_surprisal, kind="stable")
+    return {int(k) for k in order[len(worst_surprisal) - dropped :]}
+
+
+def fit_sessions(calibration: Calibration, worst: list[float]) -> None:
+    """Fit the session tail on held-out sessions' worst line or end scores."""
+    calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)
+    calibration.heldout_sessions = len(worst) if calibration.session else 0

@@ -1,0 +1,60 @@
+"""How a model scores lines: the few constants, saved with the model (`logstream.json`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from logstream.scoring.evidence import LINE_TOP_K
+from logstream.scoring.levels import (
+    DEFAULT_FAILURE_WORDS,
+    DEFAULT_SUCCESS_WORDS,
+    check_level_words,
+    line_level,
+)
+from logstream.scoring.tail import finite_list
+
+# Orders of magnitude a line's level adds to its calibrated score (a probability factor of
+# 10 ** prior): chosen leave one log out on benchmarks/quality.py's dev suite (docs/quality.md).
+DEFAULT_LEVEL_PRIOR = {"warning": 0.5, "error": 1.0, "critical": 2.0}
+# The default sensitivity: alerts above score -log10(rate); chosen the same way.
+DEFAULT_FALSE_ALARM_RATE = 3e-4
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    line_top_k: int = LINE_TOP_K  # words whose surprisal makes the line's (0: every word)
+    level_prior: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LEVEL_PRIOR))
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
+    refit_every: int = 500  # online refit of the line tail every N unflagged lines; 0 = never
+    failure_words: dict[str, list[str]] = field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()}
+    )
+    # a failure word followed by one of these (`reporting enabled`) does not count
+    success_words: list[str] = field(default_factory=lambda: list(DEFAULT_SUCCESS_WORDS))
+
+    def __post_init__(self) -> None:
+        for name in ("line_top_k", "refit_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"{name}: {value} is negative")
+        finite_list([self.false_alarm_rate], "false_alarm_rate")
+        if not 0 < self.false_alarm_rate < 1:
+            raise ValueError(f"false_alarm_rate: {self.false_alarm_rate} is not in (0, 1)")
+        if not isinstance(self.level_prior, dict) or not isinstance(self.failure_words, dict):
+            raise TypeError("level_prior and failure_words: expected mappings")
+        finite_list(list(self.level_prior.values()), "level_prior")
+        if not isinstance(self.success_words, list) or not all(
+            isinstance(w, str) for w in self.success_words
+        ):
+            raise TypeError("success_words: expected a list of regexes")
+        check_level_words(self.failure_words, self.success_words)
+
+    def level(self, line: str) -> str | None:
+        """The line's level field or failure words (`levels.line_level`)."""
+        return line_level(line, self.failure_words, self.success_words)
+
+    def prior(self, level: str | None) -> float:
+        """Orders of magnitude the level adds to a calibrated score."""
+        return self.level_prior.get(level or "", 0.0)
