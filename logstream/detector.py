@@ -24,7 +24,7 @@ from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
 from logstream.feedback import FeedbackRules
 from logstream.following import AlertFollowing, names_its_part, place
-from logstream.model import load_model_dir
+from logstream.model import load_model_dir, model_id
 from logstream.normalize import Normalizer
 from logstream.patterns import RecentPatterns, seeded_miner
 from logstream.quiet import BaselineRhythm, QuietWatch
@@ -195,8 +195,7 @@ class Detector:
     def load(cls, model_dir: Path | str, **options: Any) -> Detector:
         """Load a model directory; raises ModelDirError with one clear line if it is unusable."""
         model, tokenizer, meta = load_model_dir(model_dir)
-        model_id = f"{Path(model_dir).name}@{meta.get('data_sha256', '')[:12]}"
-        return cls(model, tokenizer, meta, model_id=model_id, **options)
+        return cls(model, tokenizer, meta, model_id=model_id(model_dir), **options)
 
     @property
     def calibration(self) -> Calibration:
