@@ -21,7 +21,7 @@ import torch
 
 from logstream.engine import StreamingEngine
 from logstream.explain import Explanation, explain_line, line_token_offsets
-from logstream.model import load_model_dir
+from logstream.model import load_model_dir, model_id
 from logstream.normalize import Normalizer
 from logstream.quiet import BaselineRhythm, QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream, location
@@ -33,9 +33,6 @@ from logstream.scoring.scorer import ScoredLine, Scorer
 from logstream.tokenizer import LineTokenizer, prompt_ids
 
 __all__ = ["Detector", "ScoredLine", "ScoredSession"]
-
-SINK_MODES = ("patterns", "bos", "none")  # ablations: the pattern prompt, BOS only, no sinks
-
 
 @dataclass(frozen=True)
 class ScoredSession:
@@ -105,8 +102,7 @@ class Detector:
     def load(cls, model_dir: Path | str, **options: Any) -> Detector:
         """Load a model directory; raises ModelDirError with one clear line if it is unusable."""
         model, tokenizer, meta = load_model_dir(model_dir)
-        model_id = f"{Path(model_dir).name}@{meta.get('data_sha256', '')[:12]}"
-        return cls(model, tokenizer, meta, model_id=model_id, **options)
+        return cls(model, tokenizer, meta, model_id=model_id(model_dir), **options)
 
     @property
     def calibration(self) -> Calibration:

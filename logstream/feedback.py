@@ -262,7 +262,7 @@ class FeedbackRules:
 
 
 def _matches(rule: list[str], tokens: list[str]) -> bool:
-    return all(x == y or x == WILDCARD for x, y in zip(rule, tokens, strict=True))
+    return all(x in (y, WILDCARD) for x, y in zip(rule, tokens, strict=True))
 
 
 # -- what an operator points at -> a template ------------------------------------------

@@ -10,6 +10,10 @@ reader only checks the ones it uses.
 The calibration's inner fields belong to `Calibration.from_json`; it is called here, and what
 it raises on a wrong shape of JSON (CALIBRATION_ERRORS) becomes a ModelDirError too.
 
+The directory's content hash (`content_sha256`: the weights, the tokenizer, config.json and
+logstream.json) names what a model scores with: the model id carries it, and the model store
+records it to find a version whose files changed.
+
 Trade-off: mask rules run on Python's `re` (they use lookbehinds that RE2 lacks), and the
 default rules themselves repeat groups, so a nested-quantifier check would refuse them. A
 mask rule is only checked to compile; a model directory is trusted not to hold a
@@ -18,6 +22,7 @@ catastrophically backtracking pattern beyond that.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -42,6 +47,9 @@ from logstream.scoring.calibration import Calibration
 
 META_VERSION = 3  # 3: level priors after calibration, exponential or heavier tails
 META_FILE = "logstream.json"
+# The files that decide how a model directory scores (with its `*.safetensors` weights):
+# what `content_sha256` covers. Not the training sample, nor generation_config.json.
+CONTENT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", META_FILE)
 
 # Ring slots per stream. The engine allocates layers x streams x kv_heads x window x head_dim
 # floats up front, so the bound is what keeps a bad file from asking for terabytes.
@@ -117,7 +125,7 @@ class ModelMeta(BaseModel):
             try:
                 BaselineRhythm.from_json(rhythm)
             except CALIBRATION_ERRORS as exc:
-                raise ValueError(f"{source!r}: not a rhythm: {_one_line(exc)}") from None
+                raise ValueError(f"{source!r}: not a rhythm: {one_line(exc)}") from None
         return rhythms
 
     @field_validator("version")
@@ -144,7 +152,7 @@ class ModelMeta(BaseModel):
         try:
             Calibration.from_json(calibration)
         except CALIBRATION_ERRORS as exc:
-            raise ValueError(f"not a calibration: {_one_line(exc)}") from None
+            raise ValueError(f"not a calibration: {one_line(exc)}") from None
         return calibration
 
 
@@ -163,7 +171,7 @@ def validate_meta(meta: Any, source: str = "logstream.json") -> dict[str, Any]:
         reason = error["msg"].removeprefix("Value error, ")
         more = exc.error_count() - 1
         suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-        raise ModelDirError(f"{source}: {field}: {_one_line(reason)}{suffix}") from None
+        raise ModelDirError(f"{source}: {field}: {one_line(reason)}{suffix}") from None
     except RecursionError:
         raise ModelDirError(f"{source}: nested too deeply") from None
     return meta
@@ -190,6 +198,26 @@ def read_model_meta(directory: Path) -> dict[str, Any]:
     return meta
 
 
-def _one_line(message: object) -> str:
+def content_sha256(directory: Path) -> str:
+    """SHA-256 over the weights, the tokenizer, config.json and logstream.json (each file's
+    name, size and bytes, in a fixed order), read once in 1 MiB blocks: two directories with
+    the same hash score alike, and a file changed by one bit changes it."""
+    digest = hashlib.sha256()
+    paths = [directory / name for name in CONTENT_FILES] + sorted(directory.glob("*.safetensors"))
+    try:
+        for path in paths:
+            if not path.is_file():
+                continue
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+            with path.open("rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+    except OSError as exc:
+        raise ModelDirError(f"{directory}: cannot read {exc.filename}: {exc.strerror}") from None
+    return digest.hexdigest()
+
+
+def one_line(message: object) -> str:
+    """The first line of an error's message (its type's name when it has none)."""
     lines = str(message).strip().splitlines()
     return lines[0] if lines else type(message).__name__

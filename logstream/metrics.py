@@ -97,6 +97,19 @@ FEEDBACK_SUPPRESSED = Counter(
 MODEL_RELOADS = Counter(
     "logstream_model_reloads", "Hot reloads of the model store's live version (promote or rollback)."
 )
+MODEL_LOAD_FAILURES = Counter(
+    "logstream_model_load_failures",
+    "Store versions that failed to load or to score a trial line (serve kept the model it had).",
+)
+MODEL_FALLBACK = Gauge(
+    "logstream_model_fallback",
+    "1 while serve scores with another version than the store's live one, which does not load.",
+)
+SHADOW_FAILURES = Counter(
+    "logstream_shadow_failures",
+    "Shadow models dropped, by stage (load, score): the live model goes on scoring.",
+    ["stage"],
+)
 MODEL_FLAGGED = Counter(
     "logstream_model_flagged_lines", "Lines over the threshold, per model role (live, shadow).", ["role"]
 )

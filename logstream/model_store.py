@@ -11,14 +11,21 @@ into it again. Its `lineage.json` says where it came from: the parent version (t
 continued from), the training data's hash, window and counts, the training config, the
 calibration, the feedback it learned, and an evaluation when one was run.
 
-The live version is the last line of `live.jsonl`. A promote appends `{version, previous}`;
-a rollback goes back to the `previous` of the entry that made the current version live, so
-repeated rollbacks walk back through the promotions. Appends of one short line are atomic
-(O_APPEND), so two operators cannot tear the file; serve polls it to hot-reload
-(`model.store` in the serve settings). The store may be a local path or a mounted volume.
+The live version is the last line of `live.jsonl`. The lines replay as a stack: a promote
+pushes a version, a rollback pops the top, so the live version is the top and a rollback
+returns to the version promoted before it; repeated rollbacks walk back through the
+promotions (`rollback_path`), never to and fro. Appends of one short line are atomic
+(O_APPEND), so two operators cannot tear the file; a line torn by a crash or a full disk is
+skipped when read, and the next append starts on a line of its own, so it is never lost
+to the torn one. serve polls the file to hot-reload (`model.store` in the serve
+settings). The store may be a local path or a mounted volume.
 
-The version's name is its directory name, so `Detector.model_id` (`v0003@<data hash>`) and
-with it every alert and audit line carry it.
+`lineage.json` records the version's content hash (`content_sha256`: weights, tokenizer,
+config.json, logstream.json); `verify` checks the files against it before a promote and
+before serve loads the version, so a version whose files changed is refused by name.
+
+The version's name is its directory name, so `Detector.model_id` (`v0003@<content hash>`)
+and with it every alert and audit line carry it.
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from logstream.errors import UserError
+from logstream.metadata import content_sha256
 
 VERSIONS = "versions"
 LIVE = "live.jsonl"
 LINEAGE = "lineage.json"
 _VERSION = re.compile(r"v(\d{4,})")
+ACTIONS = ("promote", "rollback")
 # logstream.json keys that lineage.json repeats, so `models show` needs no model loading
 LINEAGE_KEYS = (
     "data_sha256", "data_window", "train_lines", "heldout_lines", "train_tokens", "train_steps",
@@ -71,6 +80,10 @@ def versions(store: Path) -> list[str]:
 
 def version_dir(store: Path, version: str) -> Path:
     """The directory of a version; StoreError if the store has no such version."""
+    if not isinstance(version, str):
+        raise StoreError(
+            f"model store {store}: a version is a name like 'v0001', not {type(version).__name__} {version!r}"
+        )
     path = store / VERSIONS / version
     if not _VERSION.fullmatch(version) or not (path / LINEAGE).is_file():
         known = ", ".join(versions(store)) or "none"
@@ -129,14 +142,29 @@ def add(
     staging = root / f".{name}.{os.getpid()}.tmp"
     try:
         shutil.copytree(model_dir, staging)
+        record["content_sha256"] = content_sha256(staging)  # of the copy: what the store holds
         (staging / LINEAGE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         for path in staging.iterdir():
             path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)  # immutable: read-only files
         staging.rename(root / name)  # fails if another `add` took this number: nothing half-made
-    except OSError as exc:
+    except (OSError, UserError) as exc:  # UserError: a file of the copy that cannot be read
         shutil.rmtree(staging, ignore_errors=True)
         raise StoreError(f"model store {store}: cannot add {model_dir}: {exc}") from None
     return name
+
+
+def verify(store: Path, version: str) -> None:
+    """StoreError if the version's files no longer hash to the content hash recorded when it
+    was added (a version added without one has nothing to check)."""
+    expected = lineage(store, version).get("content_sha256")
+    if expected is None:
+        return
+    found = content_sha256(version_dir(store, version))
+    if found != expected:
+        raise StoreError(
+            f"model store {store}: {version}'s files changed since it was added "
+            f"(content hash {found[:12]}, recorded {str(expected)[:12]})"
+        )
 
 
 def history(store: Path) -> list[LiveEntry]:
@@ -144,13 +172,39 @@ def history(store: Path) -> list[LiveEntry]:
     path = store / LIVE
     if not path.is_file():
         return []
-    out = []
-    for text in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(LiveEntry(**json.loads(text)))
-        except (ValueError, TypeError):
-            continue
-    return out
+    text = path.read_bytes().decode("utf-8", errors="replace")  # a torn multi-byte character
+    return [entry for line in text.splitlines() if (entry := _entry(line)) is not None]
+
+
+def _entry(line: str) -> LiveEntry | None:
+    """A history line as `_append` writes it, or None (torn, foreign, or not a version)."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    version, previous, action = data.get("version"), data.get("previous"), data.get("action")
+    at, by, comment = data.get("at"), data.get("by", ""), data.get("comment", "")
+    if not (isinstance(version, str) and _VERSION.fullmatch(version) and action in ACTIONS):
+        return None
+    if previous is not None and not (isinstance(previous, str) and _VERSION.fullmatch(previous)):
+        return None
+    if not (isinstance(at, int | float) and isinstance(by, str) and isinstance(comment, str)):
+        return None
+    return LiveEntry(version, previous, action, float(at), by, comment)
+
+
+def rollback_path(store: Path) -> list[str]:
+    """The live version, then the version a rollback makes live, then the one a second
+    rollback does, and so on: the history replayed as a stack, top first."""
+    stack: list[str] = []
+    for entry in history(store):
+        if entry.action == "rollback" and stack:
+            stack.pop()
+        if not stack or stack[-1] != entry.version:
+            stack.append(entry.version)
+    return stack[::-1]
 
 
 def live(store: Path) -> str | None:
@@ -168,8 +222,9 @@ def live_dir(store: Path) -> Path:
 
 
 def promote(store: Path, version: str, *, by: str = "", comment: str = "") -> LiveEntry:
-    """Make `version` live; the version live before it is where a rollback returns."""
-    version_dir(store, version)
+    """Make `version` live (its files checked against its content hash); a rollback returns
+    to the version live before it."""
+    verify(store, version)
     current = live(store)
     if current == version:
         raise StoreError(f"{version} is already live")
@@ -177,21 +232,23 @@ def promote(store: Path, version: str, *, by: str = "", comment: str = "") -> Li
 
 
 def rollback(store: Path, *, by: str = "", comment: str = "") -> LiveEntry:
-    """Go back to the version that was live before the current one was made live."""
-    entries = history(store)
-    if not entries or entries[-1].previous is None:
+    """Go back to the version promoted before the current one; a second rollback goes back
+    one more."""
+    path = rollback_path(store)
+    if len(path) < 2:
         raise StoreError(f"model store {store}: no earlier live version to roll back to")
-    target = entries[-1].previous
-    made_live = [e for e in entries if e.version == target]  # the entry that made it live before
-    previous = made_live[-1].previous if made_live else None
-    return _append(store, LiveEntry(target, previous, "rollback", time.time(), by, comment))
+    target, below = path[1], path[2] if len(path) > 2 else None
+    return _append(store, LiveEntry(target, below, "rollback", time.time(), by, comment))
 
 
 def _append(store: Path, entry: LiveEntry) -> LiveEntry:
     store.mkdir(parents=True, exist_ok=True)
     line = json.dumps(vars(entry)) + "\n"
-    fd = os.open(store / LIVE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(store / LIVE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line  # the last line was torn: end it, or this one would join it
         os.write(fd, line.encode())
         os.fsync(fd)
     finally:

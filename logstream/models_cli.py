@@ -6,8 +6,11 @@
     logstream models promote --store models/ v0002 -c "shadow clean for a day"
     logstream models rollback --store models/ -c "pages on the checkout stream"
 
-A serve with `model.store` set follows the live version (hot reload, no restart). Errors
-are one line, exit status 2.
+`add` and `promote` first load the version on the CPU and score a trial line with it
+(`live_model.load_checked`; `promote` also checks its files against the content hash the
+store recorded), and refuse one that does not load: a serve that follows the store never
+gets a version it cannot load from them. A serve with `model.store` set follows the live
+version (hot reload, no restart). Errors are one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import typer
 
 from logstream import model_store
 from logstream.alerts.cli import _user
+from logstream.errors import UserError
 
 if TYPE_CHECKING:
     from logstream.shadow import Gate
@@ -39,6 +43,16 @@ StoreOpt = Annotated[
 ]
 CommentOpt = Annotated[str, typer.Option("--comment", "-c", help="Why (kept in the store's history).")]
 ByOpt = Annotated[str, typer.Option(help="Who (default: the current user).")]
+
+
+def _trial(directory: Path, refused: str) -> None:
+    """Load the model and score a trial line; a StoreError saying what was `refused` if it fails."""
+    from logstream.live_model import load_checked  # torch: only for the commands that load
+
+    try:
+        load_checked(directory, {"device": "cpu"})
+    except UserError as exc:
+        raise model_store.StoreError(f"{refused}: {exc}") from None
 
 
 def _when(at: float) -> str:
@@ -86,9 +100,11 @@ def add_command(
     comment: CommentOpt = "",
     by: ByOpt = "",
 ) -> None:
-    """Copy a trained model into the store as the next immutable version (not live yet)."""
+    """Copy a trained model into the store as the next immutable version (not live yet),
+    once it loaded and scored a trial line."""
     if labels is not None and replay_set is None:
         raise model_store.StoreError("--labels needs --evaluate FILE")
+    _trial(model_dir, "not added")
     evaluation = evaluate(model_dir, replay_set, labels) if replay_set is not None else None
     name = model_store.add(store, model_dir, evaluation=evaluation, by=by or _user(), comment=comment)
     sys.stdout.write(f"{name}\n")
@@ -135,7 +151,8 @@ def promote_command(
     comment: CommentOpt = "",
     by: ByOpt = "",
 ) -> None:
-    """Make a version live; serve processes following the store switch to it."""
+    """Make a version live, once it loaded and scored a trial line; serve processes following
+    the store switch to it."""
     if gate_audit is not None:
         _, shadow, verdict = _compare(gate_audit, None, None, feedback, max_rate_ratio)
         if shadow is None or verdict is None or not shadow.startswith(f"{version}@"):
@@ -145,6 +162,7 @@ def promote_command(
         if not verdict.passed:
             sys.stderr.write(f"{version}: gate FAILED, not promoted\n")
             raise typer.Exit(1)
+    _trial(model_store.version_dir(store, version), f"{version} not promoted")
     entry = model_store.promote(store, version, by=by or _user(), comment=comment)
     sys.stdout.write(f"live: {entry.version} (was {entry.previous or 'none'})\n")
 

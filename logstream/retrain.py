@@ -35,7 +35,7 @@ from typing import Any
 from logstream.detector import Detector
 from logstream.event_time import line_time
 from logstream.feedback import FeedbackStore, latest_verdicts
-from logstream.model import ModelDirError, load_model_dir
+from logstream.model import ModelDirError, load_model_dir, model_id
 from logstream.normalize import Normalizer
 from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
 from logstream.quiet import learn_baseline
@@ -165,7 +165,7 @@ def continue_training(
 ) -> tuple[Trained, list[Stream]]:
     """(the continued model, the streams it trained on: what its own sample is drawn from)."""
     model, tokenizer, meta = load_model_dir(model_dir)
-    parent = f"{model_dir.name}@{meta.get('data_sha256', '')[:12]}"
+    parent = model_id(model_dir)
     examples = feedback_examples(feedback_db) if feedback_db is not None else {}
     mixed, fed = mix_in(new, examples, Normalizer.from_json(meta["mask_rules"]), config.seed)
     replayed = read_sample(model_dir)
@@ -197,7 +197,7 @@ def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> T
         **meta,
         "pattern_prompt": pattern_prompt(mine(masked).templates(), config.prompt_templates),
         "templates": [t.text for t in mine([*meta["templates"], *baseline]).templates()][:MAX_TEMPLATES],
-        "parent": f"{model_dir.name}@{meta.get('data_sha256', '')[:12]}",
+        "parent": model_id(model_dir),
         "prompt_refreshed": True,
         "data_sha256": data_sha256(new),  # the data this version's prompt and tails come from
         "data_window": data_window(new),

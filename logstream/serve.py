@@ -88,7 +88,6 @@ from logstream.metrics import (
     Health,
     serve_http,
 )
-from logstream.model_store import version_dir
 from logstream.quiet import QuietWatch
 from logstream.records import LogRecord
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
@@ -319,7 +318,9 @@ class Service:
             self.candidates.maybe_start()
         if self.shadow is not None:  # after the hand-off: a candidate never delays an alert
             shadowed = self.shadow.score(batch.records, scored)
-            if self.audit is not None:
+            if shadowed is None:
+                self.shadow = None  # it failed (counted, logged): the live model goes on alone
+            elif self.audit is not None:
                 self.audit.write(shadowed, self.shadow.detector.model_id, shadow=True)
         LINES.inc(len(batch.records))
 
@@ -524,9 +525,10 @@ async def serve(settings: ServeSettings) -> int:
         if settings.model.store is not None:
             follower = ModelFollower(settings.model.store, options, settings.model.reload_seconds)
             detector = await asyncio.to_thread(follower.load_live)
-            if settings.model.shadow is not None:
-                shadow_dir = version_dir(settings.model.store, settings.model.shadow)
-                shadow = Shadow(await asyncio.to_thread(Detector.load, shadow_dir, **options))
+            if settings.model.shadow is not None:  # None when it does not load: serve goes on without
+                shadow = await asyncio.to_thread(
+                    Shadow.open, settings.model.store, settings.model.shadow, options
+                )
             if settings.model.candidate_every_seconds is not None:
                 candidates = CandidateTrainer(
                     settings.model.store, settings.model.candidate_every_seconds,

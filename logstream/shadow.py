@@ -15,6 +15,10 @@ alerts, plus the lines both flagged, so a promotion can be judged on live traffi
 a time range, and checks the promotion gate: the candidate's alert rate at most
 `max_rate_ratio` times the live one's, and every operator-confirmed anomaly template flagged.
 
+A shadow never takes serve down: one that does not load at start (`Shadow.open`), or that
+raises while scoring a batch, is logged (`shadow_dropped`, with the stage and the reason),
+counted in `logstream_shadow_failures_total{stage}` and dropped; the live model goes on.
+
 Cost: the shadow doubles the scoring work of each batch (it runs on the same thread, after
 the live model's hand-off, so it never delays an alert, but it does delay the commit).
 """
@@ -24,11 +28,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import structlog
 
 from logstream.detector import Detector, ScoredLine
 from logstream.feedback import audit_entries, covers
-from logstream.metrics import MODEL_FLAGGED, MODEL_WOULD_ALERT, SHADOW_OVERLAP
+from logstream.live_model import load_version, reason
+from logstream.metrics import MODEL_FLAGGED, MODEL_WOULD_ALERT, SHADOW_FAILURES, SHADOW_OVERLAP
 from logstream.records import LogRecord
+
+log = structlog.get_logger(__name__)
 
 
 def _would_alert(scored: Sequence[ScoredLine]) -> int:
@@ -46,9 +56,26 @@ class Shadow:
     def __init__(self, detector: Detector) -> None:
         self.detector = detector
 
-    def score(self, records: Sequence[LogRecord], live: Sequence[ScoredLine]) -> list[ScoredLine]:
-        """The shadow's scored lines for `records` (`live`: the live model's, in the same order)."""
-        scored = self.detector.score(records)
+    @classmethod
+    def open(cls, store: Path, version: str, options: dict[str, Any]) -> Shadow | None:
+        """The shadow of a store version (checked as a live one is: `load_version`), or None
+        when it does not load: counted, logged, and serve runs without a shadow."""
+        try:
+            return cls(load_version(store, version, options))
+        except Exception as exc:  # a candidate that does not load must not stop the live model
+            SHADOW_FAILURES.labels(stage="load").inc()
+            log.error("shadow_dropped", version=version, stage="load", reason=reason(exc))
+            return None
+
+    def score(self, records: Sequence[LogRecord], live: Sequence[ScoredLine]) -> list[ScoredLine] | None:
+        """The shadow's scored lines for `records` (`live`: the live model's, in the same order);
+        None when it failed to score them (counted, logged): the caller drops it."""
+        try:
+            scored = self.detector.score(records)
+        except Exception as exc:  # the candidate's failure is its own: the live model goes on
+            SHADOW_FAILURES.labels(stage="score").inc()
+            log.error("shadow_dropped", model_id=self.detector.model_id, stage="score", reason=reason(exc))
+            return None
         MODEL_FLAGGED.labels(role="shadow").inc(sum(s.is_anomaly for s in scored))
         MODEL_WOULD_ALERT.labels(role="shadow").inc(_would_alert(scored))
         SHADOW_OVERLAP.inc(sum(a.is_anomaly and b.is_anomaly for a, b in zip(live, scored, strict=False)))

@@ -1,6 +1,7 @@
 """A running `logstream serve` that follows a model store (real broker, real webhook receiver):
 promote and rollback switch the scoring version between batches with every offset scored
-once and committed, and a shadow candidate scores the same records without ever paging."""
+once and committed, a shadow candidate scores the same records without ever paging, and
+versions that do not load never stop it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from alerts_support import webhook, write_routes
+from broken_models import broken_copy
 from http_receivers import Receiver
 from kafka_broker import KafkaBroker, produce
 from test_kafka_serve import ODD_LINE, Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
@@ -96,3 +98,42 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
     assert odd[-1]["suppressed"] and suppressed >= 1
     calls = json.dumps([r.body for r in receiver.ok()])
     assert "v0001@" in calls and "v0003@" not in calls
+
+
+def test_serve_outlives_damaged_versions_at_start_as_shadow_and_promoted_mid_run(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """A store whose live version (v0002) does not load, with a damaged shadow (v0003): serve
+    starts on v0001 and without the shadow; a damaged v0004 promoted mid-run is refused. Both
+    rounds of traffic are scored by v0001, every offset once, and committed; /metrics counts
+    the two versions and the shadow that failed and shows the fallback; the log names each."""
+    store = tmp_path / "store"
+    model_store.add(store, synthetic_model_dir)
+    for i, breakage in enumerate(("weights_truncated", "zero_heads", "hidden_size_doubled")):
+        model_store.add(store, broken_copy(synthetic_model_dir, tmp_path / f"broken-{i}", breakage))
+    model_store.promote(store, "v0001")
+    model_store.promote(store, "v0002")
+    topic, group = new_topic(kafka_broker, partitions=1)
+    serve = Serve(
+        tmp_path, kafka_broker, synthetic_model_dir, topic, group,
+        model={"dir": None, "store": str(store), "reload_seconds": 0.001, "shadow": "v0003"},
+    ).start()  # fmt: skip
+    wait_for(serve.ready, "serve ready")
+    placed = asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=50)))
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "round 1 committed")
+    model_store.promote(store, "v0004")  # as a store library call does it: no trial load
+    placed += asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=51)))
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "round 2 committed")
+    failures = serve.metric("logstream_model_load_failures_total")
+    fallback = serve.metric("logstream_model_fallback")
+    shadow_failures = serve.metric("logstream_shadow_failures_total", stage="load")
+    assert serve.terminate() == 0
+    audit = read_jsonl(serve.audit)
+    assert sorted(e["offset"] for e in audit) == [offset for _, offset in placed]
+    assert {e["model"].split("@")[0] for e in audit} == {"v0001"} and not any(e.get("shadow") for e in audit)
+    assert (failures, fallback, shadow_failures) == (2, 1, 1)
+    events = [json.loads(line) for line in serve.stderr_path.read_text().splitlines() if line.startswith("{")]
+    named = [(e["event"], e.get("version")) for e in events if "reason" in e]
+    assert named == [
+        ("model_version_skipped", "v0002"), ("shadow_dropped", "v0003"), ("model_reload_failed", "v0004")
+    ]  # fmt: skip

@@ -4,11 +4,13 @@ and rollback through an append-only history, and the `logstream models` commands
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from broken_models import broken_copy
 
 from logstream import model_store
 from logstream.model_store import StoreError
@@ -68,6 +70,129 @@ def test_promote_and_rollback_walk_the_history(model_dir: Path, tmp_path: Path) 
     with pytest.raises(StoreError, match="already live"):
         model_store.promote(store, "v0001")
     assert [e.action for e in model_store.history(store)] == ["promote"] * 3 + ["rollback"] * 2
+
+
+def test_a_torn_last_line_does_not_swallow_the_next_promote(model_dir: Path, tmp_path: Path) -> None:
+    """live.jsonl ends in half a line (a crash mid-write): the next promote is still recorded,
+    on a line of its own, and is live; the torn line is skipped."""
+    store = tmp_path / "store"
+    for _ in range(2):
+        model_store.add(store, model_dir)
+    model_store.promote(store, "v0001")
+    with (store / model_store.LIVE).open("a") as f:
+        f.write('{"version": "v0002", "prev')
+    model_store.promote(store, "v0002")
+    assert model_store.live(store) == "v0002"
+    assert [e.version for e in model_store.history(store)] == ["v0001", "v0002"]
+
+
+def test_rollbacks_after_promoting_a_b_a_walk_back_not_to_and_fro(model_dir: Path, tmp_path: Path) -> None:
+    """Promote v0001, v0002, v0001: rollback goes to v0002, then v0001, then there is nothing
+    earlier (the history is a stack, not the last entry's `previous`)."""
+    store = tmp_path / "store"
+    for _ in range(2):
+        model_store.add(store, model_dir)
+    for version in ("v0001", "v0002", "v0001"):
+        model_store.promote(store, version)
+    assert model_store.rollback(store).version == "v0002"
+    assert model_store.rollback(store).version == "v0001"
+    with pytest.raises(StoreError, match="no earlier live version"):
+        model_store.rollback(store)
+
+
+@pytest.mark.parametrize("version", [5, None, ["v0001"]])
+def test_a_version_that_is_not_a_string_is_one_line(model_dir: Path, tmp_path: Path, version: object) -> None:
+    """promote, show (lineage) and the version's directory refuse a version that is not a
+    string with a StoreError naming its type, never a TypeError."""
+    store = tmp_path / "store"
+    model_store.add(store, model_dir)
+    for call in (model_store.promote, model_store.lineage, model_store.version_dir):
+        with pytest.raises(
+            StoreError, match=f"a version is a name like 'v0001', not {type(version).__name__}"
+        ):
+            call(store, version)  # type: ignore[operator]
+
+
+def test_a_history_line_whose_version_is_not_a_name_is_skipped(model_dir: Path, tmp_path: Path) -> None:
+    """A line of live.jsonl that parses but holds no version name (a number, a path) is
+    skipped like a torn one: the live version is the last real promote."""
+    store = tmp_path / "store"
+    model_store.add(store, model_dir)
+    model_store.promote(store, "v0001")
+    with (store / model_store.LIVE).open("a") as f:
+        for version in (5, "../../etc"):
+            f.write(json.dumps({"version": version, "previous": None, "action": "promote", "at": 1.0}) + "\n")
+    assert model_store.live(store) == "v0001"
+
+
+def test_a_version_records_its_content_hash_and_promote_checks_it(model_dir: Path, tmp_path: Path) -> None:
+    """lineage.json holds the hash of the version's weights, tokenizer, config.json and
+    logstream.json; once a file of the version changed, promote refuses it by name."""
+    from logstream.metadata import content_sha256
+
+    store = tmp_path / "store"
+    model_store.add(store, model_dir)
+    assert model_store.lineage(store, "v0001")["content_sha256"] == content_sha256(model_dir)
+    tokenizer = model_store.version_dir(store, "v0001") / "tokenizer.json"
+    tokenizer.chmod(0o644)
+    tokenizer.write_text(tokenizer.read_text() + " ")
+    with pytest.raises(StoreError, match="v0001's files changed since it was added"):
+        model_store.promote(store, "v0001")
+    assert model_store.live(store) is None
+
+
+@pytest.mark.parametrize("changed", ["tokenizer.json", "model.safetensors"])
+def test_the_model_id_covers_the_weights_and_the_tokenizer(
+    synthetic_model_dir: Path, tmp_path: Path, changed: str
+) -> None:
+    """Two model directories of the same name trained on the same data, one with two tokens
+    of its vocabulary swapped (or its weights scaled), load with different model ids."""
+    from safetensors.torch import load_file, save_file
+
+    from logstream.detector import Detector
+
+    same, other = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    shutil.copytree(synthetic_model_dir, same)
+    shutil.copytree(synthetic_model_dir, other)
+    if changed == "tokenizer.json":
+        tokenizer = json.loads((other / changed).read_text())
+        vocab = tokenizer["model"]["vocab"]
+        vocab["!"], vocab['"'] = vocab['"'], vocab["!"]
+        (other / changed).write_text(json.dumps(tokenizer))
+    else:
+        tensors = load_file(other / changed)
+        tensors["model.norm.weight"] *= 2
+        save_file(tensors, other / changed, metadata={"format": "pt"})
+    ids = [Detector.load(d, device="cpu").model_id for d in (same, other)]
+    assert ids[0].startswith("model@") and ids[1].startswith("model@") and ids[0] != ids[1]
+
+
+def test_models_add_refuses_a_model_that_does_not_load(synthetic_model_dir: Path, tmp_path: Path) -> None:
+    """`models add` loads the model and scores a trial line first: a config.json whose
+    hidden_size does not fit the weights is one line, exit 2, and nothing is added."""
+    broken = broken_copy(synthetic_model_dir, tmp_path / "broken", "hidden_size_doubled")
+    refused = _models("add", broken, "--store", tmp_path / "store")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith(f"error: not added: {broken}: the weights do not fit config.json")
+    assert model_store.versions(tmp_path / "store") == []
+
+
+def test_models_promote_refuses_a_version_that_does_not_load(
+    synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """`models promote` of a version that was put in the store without the trial (a library
+    `add`) and does not load (zero heads): one line, exit 2, and the live version stays."""
+    store = tmp_path / "store"
+    model_store.add(store, synthetic_model_dir)
+    model_store.add(store, broken_copy(synthetic_model_dir, tmp_path / "broken", "zero_heads"))
+    model_store.promote(store, "v0001")
+    refused = _models("promote", "--store", store, "v0002")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert (
+        refused.stderr.startswith("error: v0002 not promoted: ")
+        and "num_attention_heads: 0" in refused.stderr
+    )
+    assert model_store.live(store) == "v0001"
 
 
 def test_models_commands(model_dir: Path, tmp_path: Path) -> None:
