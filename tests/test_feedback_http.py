@@ -321,7 +321,8 @@ def test_feedback_and_metrics_on_one_port_is_a_settings_error(tmp_path: Path) ->
     """feedback.port equal to http.port fails at start, naming both."""
     config = tmp_path / "serve.yaml"
     config.write_text(
-        "model: {dir: m}\nkafka: {topics: [t]}\nhttp: {port: 9000}\nfeedback: {port: 9000}\n", encoding="utf-8"
+        "model: {dir: m}\nkafka: {topics: [t]}\nhttp: {port: 9000}\nfeedback: {port: 9000}\n",
+        encoding="utf-8",
     )
     with pytest.raises(SettingsError, match=r"feedback\.port must differ from http\.port"):
         load_settings(config)
