@@ -1,50 +1,80 @@
 """Operator feedback: "this template is normal" (or "this was a real anomaly"), stored and obeyed.
 
 Feedback lives in a `feedback` table of the alert outbox's SQLite database (the file that
-holds the silences), with who, when and why. Unlike a silence, which mutes routing, a
-"normal" verdict acts at scoring time: the Detector asks `FeedbackRules.is_normal` for each
-line's template and a line whose template an operator marked normal is never an anomaly
-(its score is still computed and audited, so the effect is measurable). The latest verdict
-per template wins, so "anomaly" after "normal" undoes it. Both verdicts are training and
-evaluation data for the next model (`normal_lines`, `confirmed_templates`).
+holds the silences), with who (the authenticated user and the address the verdict came
+from), when and why. Unlike a silence, which mutes routing, a verdict acts at scoring time:
+the scorer asks `FeedbackRules.verdict(template, stream)` for each line's template and a
+line an operator marked normal is not an anomaly (its score is still computed and audited,
+so the effect is measurable). Both verdicts are training and evaluation data for the next
+model (`effective`, `latest_verdicts`).
 
-Matching is by template, token by token: a stored template covers a line's mined template
-when both have the same tokens, a `<*>` on either side matching any token. Drain widens a
-template (`a b c` -> `a <*> c`) as it sees variants, so a verdict on the narrow form keeps
-applying to the widened one.
+A rule is a template, a stream glob (its scope, `*` for every stream) and, optionally, an
+expiry time. Matching is by template, token by token: a rule covers a line's mined template
+when both have the same tokens, a `<*>` on either side matching any token, and the literal
+text they share is at least half of it (below). Drain widens a template (`a b c` -> `a <*>
+c`) as it sees variants, so a verdict on the narrow form keeps applying to the widened one,
+as long as the widened one still says what its lines are about.
 
-Replicas: each serve process re-reads the table every `refresh_seconds` (one indexed
-`SELECT max(id)`, a full read only when it changed), so replicas share feedback when their
-feedback database is one file they all open (a ReadWriteMany volume; `feedback.database`
-in the serve settings), and a verdict given to any of them (CLI or `POST /feedback`) is in
-effect everywhere within `refresh_seconds`. With a per-pod outbox (the chart's default)
-feedback is per pod, like silences.
+A rule must say what it is about: at least half of its tokens literal text (`check`). Masks
+(`<*>`, `<TS>`, `<NUM>`, ... whatever a mask rule writes) are not text, and the masked header
+every line of a format opens with (`<TS> <HOST>`) counts as one token, as the miner counts
+it. Half is the miner's own bar (`PatternMiner` similarity 0.5): a line joins a template
+when at least half of its tokens equal the template's, so a rule with less literal text is
+broader than any template the miner forms and would cover lines of many (`<TS> <*> <*>`
+covers every three-token line).
+
+Precedence: for one template and scope the newest verdict not expired is in force ("anomaly"
+after "normal" undoes it; when a temporary verdict expires, the one before it is back).
+Among the rules in force covering a line the most specific wins: more literal text shared
+with the line's mined template, then a narrower stream glob (more literal characters); on a
+tie "anomaly" beats "normal". So a confirmed anomaly overrides any broader "normal" rule.
+
+Replicas: every process reads the table every `refresh_seconds` through a connection of its
+own (a cheap `max(id), count(*)`, a full read only when it changed). SQLite's locks work
+only between processes on one host: never share one file between pods over a network
+volume (docs/lifecycle.md says what to do instead). Retention: `FeedbackStore.prune` drops
+verdicts expired, and verdicts superseded for good, more than `retention_days` ago.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
+import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import structlog
 
 from logstream.errors import UserError
+from logstream.metrics import FEEDBACK_REFRESH_ERRORS, FEEDBACK_RULES
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group
 
+log = structlog.get_logger(__name__)
+
 VERDICTS = ("normal", "anomaly")
 WILDCARD = "<*>"
-MAX_CACHED = 100_000  # templates whose verdict lookup is remembered (per revision)
+EVERY_STREAM = "*"
+# A mask as the normalizer writes it (`<TS>`, `<NUM>`, any rule's `<NAME>`) or Drain's `<*>`.
+MASK = re.compile(r"<(?:[A-Z][A-Z0-9_]*|\*)>")
+MAX_CACHED = 100_000  # templates whose covering rules are remembered (per revision)
 MAX_TEMPLATE_CHARS = 4096  # a template longer than any line we keep is a mistake, not feedback
+MAX_STREAM_CHARS = 256
+# Scoring reads the rules; it never waits longer than this on a lock (a writer holds one for
+# milliseconds; anything longer is an outage, and the rules it has stay in force).
+READ_TIMEOUT_SECONDS = 0.1
 
 FEEDBACK_SCHEMA = """
 CREATE TABLE IF NOT EXISTS feedback (
@@ -59,16 +89,31 @@ CREATE TABLE IF NOT EXISTS feedback (
     created_at REAL NOT NULL
 );
 """
+# Columns added to the first schema: (name, declaration); an older table gains them on open.
+ADDED_COLUMNS = (
+    ("stream", "TEXT NOT NULL DEFAULT '*'"),
+    ("expires_at", "REAL"),
+    ("remote", "TEXT NOT NULL DEFAULT ''"),
+)
+COLUMNS = (
+    "verdict, template, target, line, model, created_by, comment, created_at, id, stream, expires_at, remote"
+)
 
 
 class FeedbackError(UserError):
     """Feedback that cannot be stored or resolved; one line naming the reason."""
 
 
+class FeedbackUnavailable(FeedbackError):
+    """The feedback database cannot be used right now (locked, damaged, gone): retry later."""
+
+
 @dataclass(frozen=True)
 class Feedback:
-    """One verdict. `template` is what scoring matches; `line` an example (training data);
-    `target` what the operator pointed at (a fingerprint, path:line, topic/partition@offset)."""
+    """One verdict. `template` is what scoring matches, `stream` the glob of streams it
+    applies to, `expires_at` when it stops (unix seconds; None: never); `line` an example
+    (training data); `target` what the operator pointed at (a fingerprint, path:line,
+    topic/partition@offset); `created_by` the authenticated user, `remote` where from."""
 
     verdict: str
     template: str
@@ -79,9 +124,15 @@ class Feedback:
     comment: str = ""
     created_at: float = 0.0
     id: int | None = None
+    stream: str = EVERY_STREAM
+    expires_at: float | None = None
+    remote: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def in_force(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
 
 
 @contextmanager
@@ -89,113 +140,256 @@ def _sqlite_errors(path: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise FeedbackError(f"feedback database {path}: {exc}") from exc
+        raise FeedbackUnavailable(f"feedback database {path}: {exc}") from exc
 
 
 class FeedbackStore:
-    """The `feedback` table in one SQLite file (WAL, shared with the outbox); thread-safe."""
+    """The `feedback` table in one SQLite file (WAL, shared with the outbox); thread-safe.
+    This is the writer's side; scoring reads through `FeedbackRules`.
+
+    Each operation opens a connection of its own and closes it: between operations the
+    store holds no lock and no file, so a replaced file is used as it is now, and another
+    process may take the database for a while (a backup, an exclusive lock), during which
+    operations fail after `timeout` seconds with a FeedbackError and scoring goes on."""
 
     def __init__(self, path: str | Path, timeout: float = 5.0) -> None:
         self.path = str(path)
-        self._lock = threading.Lock()
+        self.timeout = timeout
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FeedbackError(
+                f"feedback database {path}: cannot create its folder: {exc.strerror}"
+            ) from None
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(FEEDBACK_SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(feedback)")}
+            for name, declaration in ADDED_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE feedback ADD COLUMN {name} {declaration}")
+            db.execute("CREATE INDEX IF NOT EXISTS feedback_rule ON feedback (template, stream)")
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
         with _sqlite_errors(self.path):
-            if self.path != ":memory:":
-                try:
-                    Path(path).parent.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise FeedbackError(
-                        f"feedback database {path}: cannot create its folder: {exc.strerror}"
-                    ) from None
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=timeout
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a verdict is durable when add returns
-            self._db.executescript(FEEDBACK_SCHEMA)
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=self.timeout)
+            try:
+                db.execute("PRAGMA synchronous=FULL")  # a verdict is durable when add returns
+                yield db
+            finally:
+                db.close()
 
     def add(self, feedback: Feedback, now: float | None = None) -> Feedback:
         """Store a verdict; returns it with its id and time."""
-        check(feedback)
         created_at = time.time() if now is None else now
-        with _sqlite_errors(self.path), self._lock:
-            cursor = self._db.execute(
+        check(feedback, created_at)
+        with self._connect() as db:
+            cursor = db.execute(
                 "INSERT INTO feedback (verdict, template, line, target, model, created_by, comment,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, stream, expires_at, remote) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (feedback.verdict, feedback.template, feedback.line, feedback.target, feedback.model,
-                 feedback.created_by, feedback.comment, created_at),
+                 feedback.created_by, feedback.comment, created_at, feedback.stream, feedback.expires_at,
+                 feedback.remote),
             )  # fmt: skip
         return dataclasses.replace(feedback, id=cursor.lastrowid, created_at=created_at)
 
     def listed(self) -> list[Feedback]:
         """Every verdict, oldest first."""
-        with _sqlite_errors(self.path), self._lock:
-            rows = self._db.execute(
-                "SELECT verdict, template, target, line, model, created_by, comment, created_at, id"
-                " FROM feedback ORDER BY id"
-            ).fetchall()
-        return [Feedback(*row) for row in rows]
+        with self._connect() as db:
+            return [Feedback(*row) for row in db.execute(f"SELECT {COLUMNS} FROM feedback ORDER BY id")]
 
-    def revision(self) -> int:
-        """The newest verdict's id (0 when none): changes whenever anyone adds one."""
-        with _sqlite_errors(self.path), self._lock:
-            return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM feedback").fetchone()[0])
+    def prune(self, retention_days: float, now: float | None = None) -> int:
+        """Drop verdicts that expired, and verdicts a newer one on the same template and scope
+        replaced for good (it lasts at least as long), more than `retention_days` ago; the
+        number dropped. What is in force, or may be again, stays."""
+        cutoff = (time.time() if now is None else now) - retention_days * 86400.0
+        with self._connect() as db:
+            return db.execute(
+                "DELETE FROM feedback WHERE (expires_at IS NOT NULL AND expires_at < :cutoff)"
+                " OR EXISTS (SELECT 1 FROM feedback AS newer WHERE newer.template = feedback.template"
+                " AND newer.stream = feedback.stream AND newer.id > feedback.id"
+                " AND newer.created_at < :cutoff AND (newer.expires_at IS NULL"
+                " OR (feedback.expires_at IS NOT NULL AND newer.expires_at >= feedback.expires_at)))",
+                {"cutoff": cutoff},
+            ).rowcount
 
     def incident(self, dedup_key: str) -> Group | None:
         """The alert group with this fingerprint, when this file is also the alert outbox."""
         from logstream.alerts.outbox import find_incident  # pydantic and the routes: only here
 
-        with _sqlite_errors(self.path), self._lock:
-            return find_incident(self._db, dedup_key)
+        with self._connect() as db:
+            return find_incident(db, dedup_key)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        """Nothing to release (no operation keeps a connection); callers may still scope the
+        store with it."""
 
 
-def check(feedback: Feedback) -> None:
-    """FeedbackError unless the verdict is known and the template says something."""
+# -- what a rule says and covers ----------------------------------------------------------
+
+
+def literal_share(template: str) -> tuple[int, int]:
+    """(literal tokens, tokens) of a template as the miner counts them: a token is literal
+    when it holds a letter or digit outside its masks; the leading run of masks (the
+    header, `<TS> <HOST>`) counts as one token."""
+    tokens = template.split()
+    header = _header(tokens, tokens)
+    return sum(map(_is_literal, tokens[header:])), len(tokens) - header + (header > 0)
+
+
+def _header(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many leading tokens both open with that are the same mask (not `<*>`)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n] and a[n] != WILDCARD and MASK.fullmatch(a[n]):
+        n += 1
+    return n
+
+
+def _is_literal(token: str) -> bool:
+    return any(c.isalnum() for c in MASK.sub("", token))
+
+
+def check(feedback: Feedback, now: float | None = None) -> None:
+    """FeedbackError unless the verdict is known, the template says what it is about (at
+    least half of it literal text: see the module docstring), the scope is a glob and the
+    expiry, if any, is after `now`."""
     if feedback.verdict not in VERDICTS:
         raise FeedbackError(f"verdict: {feedback.verdict!r} is not one of {', '.join(VERDICTS)}")
-    tokens = feedback.template.split()
-    if not tokens or all(t == WILDCARD for t in tokens):
-        raise FeedbackError("template: empty or only wildcards (it would match every line)")
+    if not isinstance(feedback.template, str) or not isinstance(feedback.stream, str):
+        raise FeedbackError("template and stream: text expected")
+    if feedback.expires_at is not None and not isinstance(feedback.expires_at, int | float):
+        raise FeedbackError("expires: a time expected")
     if len(feedback.template) > MAX_TEMPLATE_CHARS:
         raise FeedbackError(f"template: longer than {MAX_TEMPLATE_CHARS} characters")
+    literal, tokens = literal_share(feedback.template)
+    if not literal or 2 * literal < tokens:
+        raise FeedbackError(
+            f"template: {literal} of its {tokens} tokens are literal text (masks such as <*>, <TS>, <NUM>"
+            " are not, and the leading ones count as one token); a rule needs at least half, or it"
+            " covers lines of many templates"
+        )
+    stream = feedback.stream
+    if not stream or len(stream) > MAX_STREAM_CHARS or not stream.isprintable() or stream != stream.strip():
+        raise FeedbackError(f"stream: {stream!r} is not a stream glob (e.g. * or checkout-*)")
+    if feedback.expires_at is not None and now is not None and feedback.expires_at <= now:
+        raise FeedbackError("expires: the time is already past")
+
+
+def valid(feedback: Feedback) -> bool:
+    """Whether a stored verdict passes `check` (rows written before a rule existed may not)."""
+    try:
+        check(feedback)
+    except FeedbackError:
+        return False
+    return True
 
 
 def covers(template: str, mined: str) -> bool:
-    """Whether a stored template matches a mined one (see `_covers`)."""
-    a, b = template.split(), mined.split()
-    return len(a) == len(b) and _covers(a, b)
+    """Whether a stored template matches a mined one (see `shared_text`)."""
+    return shared_text(template.split(), mined.split()) > 0
 
 
-def _covers(rule: list[str], tokens: list[str]) -> bool:
-    """A stored template's tokens match a mined template's (same count): each pair equal or
-    one of them `<*>` (Drain may have widened either since)."""
-    return all(x == y or WILDCARD in (x, y) for x, y in zip(rule, tokens, strict=True))
+def shared_text(rule: Sequence[str], tokens: Sequence[str]) -> int:
+    """The literal tokens a stored template shares with a mined one when it covers it, else 0.
+
+    It covers it when both have as many tokens, each pair equal or one of them `<*>` (Drain
+    may have widened either since), and the literal text they share is at least half of the
+    tokens, as `check` asks of a rule (the masked header they open with counts as one): a
+    rule's text where the mined template has `<*>` says nothing about that template's lines,
+    so a detailed rule never covers a template too broad to mark."""
+    if len(rule) != len(tokens):
+        return 0
+    header = _header(rule, tokens)
+    shared = 0
+    for x, y in zip(rule[header:], tokens[header:], strict=True):
+        if x == y:
+            shared += _is_literal(x)
+        elif WILDCARD not in (x, y):
+            return 0
+    return shared if shared and 2 * shared >= len(rule) - header + (header > 0) else 0
 
 
-def latest_verdicts(feedback: list[Feedback]) -> dict[str, str]:
-    """template -> its latest verdict (feedback oldest first)."""
-    return {f.template: f.verdict for f in feedback}
+def scope_rank(glob: str) -> int:
+    """How narrow a stream glob is: its literal characters (`*` 0, `db-*` 3, `db-1` 4)."""
+    return len(re.sub(r"\[[^\]]*\]|[*?]", "", glob))
+
+
+def effective(feedback: Iterable[Feedback], now: float | None = None) -> list[Feedback]:
+    """The rules in force at `now` (oldest first in, one per template and stream glob out):
+    for each, its newest verdict that has not expired; verdicts failing `check` never are."""
+    at = time.time() if now is None else now
+    newest: dict[tuple[str, str], Feedback] = {}
+    for f in feedback:
+        if valid(f) and f.in_force(at):
+            newest[(f.template, f.stream)] = f
+    return list(newest.values())
+
+
+def latest_verdicts(feedback: Iterable[Feedback], now: float | None = None) -> dict[str, str]:
+    """template -> its verdict in force (feedback oldest first), whatever the scope; a
+    template with both verdicts in force (in different scopes) is an anomaly."""
+    out: dict[str, str] = {}
+    for f in effective(feedback, now):
+        out[f.template] = "anomaly" if "anomaly" in (f.verdict, out.get(f.template)) else f.verdict
+    return out
+
+
+# -- scoring's view -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One template and scope: its valid verdicts, newest first."""
+
+    tokens: tuple[str, ...]
+    stream: str
+    history: tuple[Feedback, ...]
+
+    def in_force(self, now: float) -> Feedback | None:
+        return next((f for f in self.history if f.in_force(now)), None)
+
+
+# How specific a rule is for one mined template: the literal text they share, then the
+# literal characters of its stream glob. Compared per mined template, so a detailed rule is
+# no more specific than the template it covers lets it be.
+Rank = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class _Rules:
-    """One revision of the normal templates (by token count) and its lookups so far."""
+    """One revision of the rules (by token count) and its lookups so far: mined template ->
+    the rules covering it, most specific first."""
 
-    revision: int
-    by_length: dict[int, list[list[str]]]
-    cache: dict[str, bool]
-    anomalies: dict[int, list[list[str]]]  # templates confirmed as anomalies, by token count
+    revision: tuple[int, int]
+    by_length: dict[int, list[_Rule]]
+    cache: dict[str, tuple[tuple[Rank, _Rule], ...]]
+
+
+def _compile(rows: list[Feedback], revision: tuple[int, int]) -> _Rules:
+    histories: dict[tuple[str, str], list[Feedback]] = {}
+    for f in rows:  # oldest first
+        histories.setdefault((f.template, f.stream), []).insert(0, f)
+    by_length: dict[int, list[_Rule]] = {}
+    for (template, stream), history in histories.items():
+        tokens = tuple(template.split())
+        by_length.setdefault(len(tokens), []).append(_Rule(tokens, stream, tuple(history)))
+    return _Rules(revision, by_length, {})
 
 
 class FeedbackRules:
-    """The templates marked normal now, re-read from the store every `refresh_seconds`.
+    """The rules in force, re-read from the store's file every `refresh_seconds`.
 
-    `is_normal` runs per flagged line on the scoring thread; `refresh` may run there or on
+    `verdict` runs per line on the scoring thread; `refresh` runs there (once a batch) or on
     the HTTP thread after a POST. A refresh swaps in a whole new `_Rules` (one attribute), so
     a lookup never mixes two revisions and needs no lock.
+
+    `refresh` never raises: a database that is locked, unreadable, damaged or gone keeps the
+    last rules read in force, counts the error (`logstream_feedback_refresh_errors_total
+    {kind}`), logs it once per kind until a read succeeds again, and is tried again at the
+    next refresh. Reads open a connection of their own each time (so a replaced file or a
+    lock taken since are seen) that waits at most READ_TIMEOUT_SECONDS for a lock and never
+    creates the file; `store` is the writer's and only names the file.
     """
 
     def __init__(
@@ -204,65 +398,123 @@ class FeedbackRules:
         refresh_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
+        self.path = store.path
         self.refresh_seconds = refresh_seconds
         self.clock = clock
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
-        self._rules = _Rules(-1, {}, {}, {})
+        self._rules = _Rules((-1, -1), {}, {})
+        self._failing: set[str] = set()  # error kinds logged since the last good read
         self.refresh(force=True)
 
     def refresh(self, force: bool = False) -> bool:
-        """Re-read the verdicts if `refresh_seconds` passed (or `force`) and any were added;
-        True when the rules changed."""
-        with self._lock:
+        """Re-read the verdicts if `refresh_seconds` passed (or `force`) and any changed;
+        True when the rules changed. Never raises, never waits on another refresh."""
+        if not self._lock.acquire(blocking=False):
+            return False  # another thread is reading them right now
+        try:
             now = self.clock()
             if not force and now - self._checked_at < self.refresh_seconds:
                 return False
             self._checked_at = now
-            revision = self.store.revision()
-            if revision == self._rules.revision:
+            try:
+                rules = self._read()
+            except sqlite3.Error as exc:
+                name = getattr(exc, "sqlite_errorname", "") or "SQLITE_UNKNOWN"
+                self._failed(name.split("_")[1].lower(), exc)  # BUSY, NOTADB, IOERR_READ: the class
                 return False
-            by_length: dict[int, list[list[str]]] = {}
-            anomalies: dict[int, list[list[str]]] = {}
-            for template, verdict in latest_verdicts(self.store.listed()).items():
-                tokens = template.split()
-                (by_length if verdict == "normal" else anomalies).setdefault(len(tokens), []).append(tokens)
-            self._rules = _Rules(revision, by_length, {}, anomalies)
+            except Exception as exc:  # a row no check foresaw: scoring must go on all the same
+                self._failed("unexpected", exc)
+                return False
+            if self._failing:
+                log.info("feedback_refresh_recovered", database=self.path, kinds=sorted(self._failing))
+                self._failing.clear()
+            if rules is None:
+                return False
+            self._rules = rules
+            in_force = self.effective()
+            for verdict in VERDICTS:
+                FEEDBACK_RULES.labels(verdict=verdict).set(sum(f.verdict == verdict for f in in_force))
             return True
+        finally:
+            self._lock.release()
 
-    @property
-    def normal_templates(self) -> int:
-        return sum(len(v) for v in self._rules.by_length.values())
+    def _read(self) -> _Rules | None:
+        """The rules in the file now; None when unchanged since the last read."""
+        uri = "file:" + quote(Path(self.path).absolute().as_posix()) + "?mode=rw"  # never create it
+        db = sqlite3.connect(uri, uri=True, timeout=READ_TIMEOUT_SECONDS, isolation_level=None)
+        try:
+            db.execute("BEGIN")  # one snapshot for the revision and the rows
+            exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'feedback'")
+            if exists.fetchone() is None:
+                return None if self._rules.revision == (0, 0) else _Rules((0, 0), {}, {})
+            top, count = db.execute("SELECT COALESCE(MAX(id), 0), COUNT(*) FROM feedback").fetchone()
+            if (top, count) == self._rules.revision:
+                return None
+            rows = [Feedback(*row) for row in db.execute(f"SELECT {COLUMNS} FROM feedback ORDER BY id")]
+        finally:
+            db.close()
+        kept = [f for f in rows if valid(f)]
+        if len(kept) < len(rows):
+            log.warning(
+                "feedback_rules_ignored", database=self.path, rules=len(rows) - len(kept),
+                reason="they fail the rule check (`logstream feedback list` shows them as refused)",
+            )  # fmt: skip
+        return _compile(kept, (top, count))
 
-    def is_normal(self, mined: str) -> bool:
-        """Whether an operator's latest verdict on a template covering `mined` is "normal"."""
+    def _failed(self, kind: str, exc: Exception) -> None:
+        FEEDBACK_REFRESH_ERRORS.labels(kind=kind).inc()
+        if kind not in self._failing:
+            self._failing.add(kind)
+            log.error(
+                "feedback_refresh_failed", database=self.path, kind=kind, error=repr(exc),
+                rules="the last ones read stay in force",
+            )  # fmt: skip
+
+    def verdict(self, template: str, stream: str, now: float | None = None) -> str | None:
+        """ "normal", "anomaly" or None for a mined template on a stream: the verdict of the
+        most specific rule in force covering both (on a tie "anomaly")."""
+        at = time.time() if now is None else now
+        found: set[str] = set()
+        best: Rank | None = None
+        for rank, rule in self._covering(template):
+            if best is not None and rank < best:
+                break
+            if not fnmatch.fnmatchcase(stream, rule.stream):
+                continue
+            feedback = rule.in_force(at)
+            if feedback is not None:
+                best = rank
+                found.add(feedback.verdict)
+        if not found:
+            return None
+        return "anomaly" if "anomaly" in found else "normal"
+
+    def effective(self, now: float | None = None) -> list[Feedback]:
+        """The rules in force at `now` (one per template and stream glob), oldest first."""
+        at = time.time() if now is None else now
+        in_force = [f for r in self._all_rules() if (f := r.in_force(at)) is not None]
+        return sorted(in_force, key=lambda f: f.id or 0)
+
+    def _all_rules(self) -> Iterator[_Rule]:
+        for same_length in self._rules.by_length.values():
+            yield from same_length
+
+    def _covering(self, mined: str) -> tuple[tuple[Rank, _Rule], ...]:
+        """The rules whose template covers `mined`, most specific first (remembered)."""
         rules = self._rules
         hit = rules.cache.get(mined)
         if hit is None:
             tokens = mined.split()
-            hit = any(_covers(rule, tokens) for rule in rules.by_length.get(len(tokens), ()))
+            ranked = [
+                ((shared, scope_rank(r.stream)), r)
+                for r in rules.by_length.get(len(tokens), ())
+                if (shared := shared_text(r.tokens, tokens))
+            ]
+            hit = tuple(sorted(ranked, key=lambda pair: pair[0], reverse=True))
             if len(rules.cache) < MAX_CACHED:  # bounded: hostile input mints templates without end
                 rules.cache[mined] = hit
         return hit
-
-    def verdict(self, masked: str, stream: str) -> str | None:
-        """The verdict on a masked line (or template): "anomaly" when a confirmed template
-        matches it (it wins over any "normal" rule), else "normal" when a template marked
-        normal does, else None. A rule matches token by token, its `<*>` standing for any
-        token; a line's own tokens are taken as they are, so a rule never matches more lines
-        than its literal tokens say (a widened template of the line does not count)."""
-        tokens = masked.split()
-        rules = self._rules
-        if any(_matches(rule, tokens) for rule in rules.anomalies.get(len(tokens), ())):
-            return "anomaly"
-        if any(_matches(rule, tokens) for rule in rules.by_length.get(len(tokens), ())):
-            return "normal"
-        return None
-
-
-def _matches(rule: list[str], tokens: list[str]) -> bool:
-    return all(x in (y, WILDCARD) for x, y in zip(rule, tokens, strict=True))
 
 
 # -- what an operator points at -> a template ------------------------------------------
@@ -271,20 +523,6 @@ def _matches(rule: list[str], tokens: list[str]) -> bool:
 def template_of(line: str, normalizer: Normalizer) -> str:
     """The template the detector's miner gives a line the first time it sees its pattern."""
     return PatternMiner().add(normalizer.mask(line)).template
-
-
-def line_at(path: Path, number: int) -> str:
-    """Line `number` (1-based, as alerts show `path:line`) of a file; FeedbackError if absent."""
-    if number < 1:
-        raise FeedbackError(f"{path}:{number}: lines are numbered from 1")
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for i, line in enumerate(f, 1):
-                if i == number:
-                    return line.rstrip("\r\n")
-    except OSError as exc:
-        raise FeedbackError(f"{path}: cannot read: {exc.strerror}") from None
-    raise FeedbackError(f"{path} has fewer than {number} lines")
 
 
 def audit_entries(audit_log: Path) -> Iterator[dict]:
@@ -300,72 +538,3 @@ def audit_entries(audit_log: Path) -> Iterator[dict]:
                     yield entry
     except OSError as exc:
         raise FeedbackError(f"audit log {audit_log}: cannot read: {exc.strerror}") from None
-
-
-def audit_entry(audit_log: Path, location: str) -> dict[str, object]:
-    """The serve audit log's entry for `topic/partition@offset` (the newest, if re-delivered)."""
-    source, _, offset = location.rpartition("@")
-    if not source or not offset.isdigit():
-        raise FeedbackError(f"{location!r}: expected topic/partition@offset or path:line")
-    found: dict[str, object] | None = None
-    for entry in audit_entries(audit_log):
-        if entry.get("source") == source and entry.get("offset") == int(offset):
-            found = entry
-    if found is None or not found.get("template"):
-        raise FeedbackError(f"{location}: not in the audit log {audit_log} (or logged without its template)")
-    return found
-
-
-@dataclass(frozen=True)
-class Target:
-    """What an operator points at; exactly one is set. `at` is `path:line` (read from the
-    file) or `topic/partition@offset` (looked up in serve's audit log)."""
-
-    template: str | None = None
-    line: str | None = None
-    fingerprint: str | None = None
-    at: str | None = None
-
-    def describe(self) -> str:
-        given = [(k, v) for k, v in vars(self).items() if v is not None]
-        if len(given) != 1:
-            raise FeedbackError("give exactly one of template, line, fingerprint, at")
-        return f"{given[0][0]}:{given[0][1]}"
-
-
-def resolve(
-    verdict: str,
-    target: Target,
-    store: FeedbackStore,
-    *,
-    normalizer: Normalizer | None = None,
-    audit_log: Path | None = None,
-    created_by: str = "",
-    comment: str = "",
-) -> Feedback:
-    """The Feedback for a target: its template, an example line and the model when known.
-    A raw line (given, or read from `path:line`) needs the model's `normalizer` to become a
-    template; a fingerprint is looked up in the outbox's alert groups."""
-    described = target.describe()
-    template, line, model = target.template, target.line or "", ""
-    if target.fingerprint is not None:
-        group = store.incident(target.fingerprint)
-        if group is None:
-            raise FeedbackError(f"fingerprint {target.fingerprint}: no such alert in {store.path}")
-        template, line, model = group.template_text, group.first_line, group.model_id
-    elif target.at is not None:
-        path, _, number = target.at.rpartition(":")
-        if path and number.isdigit() and "@" not in number:
-            line = line_at(Path(path), int(number))
-        elif audit_log is None:
-            raise FeedbackError(f"{target.at}: a Kafka location needs the serve audit log (--audit)")
-        else:
-            entry = audit_entry(audit_log, target.at)
-            template, model = str(entry["template"]), str(entry.get("model", ""))
-    if template is None:
-        if normalizer is None:
-            raise FeedbackError(f"{described}: a raw line needs the model (--model) to find its template")
-        template = template_of(line, normalizer)
-    feedback = Feedback(verdict, template, described, line, model, created_by, comment)
-    check(feedback)  # before anyone stores it: the HTTP endpoint answers 400 with the reason
-    return feedback

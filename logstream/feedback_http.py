@@ -1,129 +1,241 @@
-"""`POST /feedback` on serve's HTTP port: the same verdicts as `logstream feedback`, for a Slack
-button or a PagerDuty webhook.
+"""`POST /feedback` on serve's feedback port: the same verdicts as `logstream feedback`, for a
+Slack button or a PagerDuty webhook.
 
     curl -H "Authorization: Bearer $TOKEN" -d '{"verdict": "normal", "fingerprint": "logstream-3f2a..."}' \\
-        http://logstream:8080/feedback
+        http://logstream:8081/feedback
 
-Body (JSON): `verdict` ("normal" | "anomaly"), exactly one of `template`, `line`,
-`fingerprint`, and optionally `by` and `comment`. `at` (a file path or an audit-log lookup)
-is CLI-only: a remote caller must not make the server read its files.
+Body (JSON object): `verdict` ("normal" | "anomaly"); exactly one of `template` (text),
+`line`, `fingerprint`; with a fingerprint whose group holds several templates, `template`
+as a number (1-based, as the 409 answer lists them) or `"all": true`; optionally `stream`
+(a glob, default every stream), `for` (a duration, "2h") or `until` (RFC 3339), `comment`.
+`at` (a file path or an audit-log lookup) is CLI-only: a remote caller must not make the
+server read its files.
 
 A verdict changes detection, so the endpoint is closed unless configured: with
-`feedback.token` a request needs `Authorization: Bearer <token>` (401 otherwise); without
-a token it answers 403, unless `feedback.allow_without_token` opens it on purpose. Answers:
-201 with the stored verdict, 400 with a one-line reason, 413 for a body over 64 KiB.
+`feedback.tokens_file` (one `name:token` line per operator or integration) a request needs
+`Authorization: Bearer <token>` (401 otherwise) and the verdict is stored as by that name,
+with the caller's address; the caller cannot name an author. Without tokens it answers 403,
+unless `feedback.allow_without_token` opens it on purpose ("anonymous").
+
+The body is read only after the token checks, and only as far as its Content-Length: 411
+without one, 400 for one that is not a number, 413 above 64 KiB (nothing read), 408 when the
+client stops sending. Answers: 201 `{"stored": [...]}`, 400 with a one-line reason, 409 with
+`templates` when a fingerprint's group holds several, 503 while the model (whose masking a
+raw line needs) loads or the database is unavailable.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore, Target, resolve
-from logstream.metrics import FEEDBACK
+from logstream.feedback import (
+    EVERY_STREAM,
+    Feedback,
+    FeedbackError,
+    FeedbackRules,
+    FeedbackStore,
+    FeedbackUnavailable,
+)
+from logstream.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
+from logstream.metrics import FEEDBACK, BoundedWSGIServer, HttpLimits, start_server
 from logstream.normalize import Normalizer
-from logstream.settings import ServeSettings
+from logstream.settings import ServeSettings, SettingsError
 
 log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES = 65_536
-TARGETS = ("template", "line", "fingerprint")
-FIELDS = {"verdict", "by", "comment", *TARGETS}
+FIELDS = {"verdict", "template", "line", "fingerprint", "all", "stream", "for", "until", "comment"}
+ANONYMOUS = "anonymous"
+MIN_TOKEN_CHARS = 16  # a guessable token would make the author whoever guessed it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+Answer = tuple[str, dict[str, Any]]
+
+
+def _digest(token: str) -> str:
+    """Tokens are compared by their SHA-256: a dict lookup that leaks nothing of the token."""
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+def load_tokens(path: Path) -> dict[str, str]:
+    """token digest -> user name, from a file of `name:token` lines (blank lines and `#`
+    comments skipped); SettingsError naming the line for anything else."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"feedback.tokens_file {path}: cannot read: {exc}") from None
+    tokens: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        name, sep, token = entry.partition(":")
+        where = f"feedback.tokens_file {path}:{number}"
+        if not sep or not _NAME.fullmatch(name):
+            raise SettingsError(f"{where}: expected name:token (a name of letters, digits, . _ @ -)")
+        if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+            raise SettingsError(f"{where}: a token needs at least {MIN_TOKEN_CHARS} characters, no spaces")
+        if _digest(token) in tokens:
+            raise SettingsError(f"{where}: this token is also {tokens[_digest(token)]}'s")
+        tokens[_digest(token)] = name
+    if not tokens:
+        raise SettingsError(f"feedback.tokens_file {path}: no name:token line")
+    return tokens
 
 
 class FeedbackEndpoint:
-    """The WSGI app behind /feedback. `normalizer` is set once the model is loaded (a raw
+    """The WSGI app of the feedback port. `normalizer` is set once the model is loaded (a raw
     `line` needs it; until then such a request answers 503)."""
 
     def __init__(
-        self, store: FeedbackStore, rules: FeedbackRules, token: str | None, allow_without_token: bool
+        self,
+        store: FeedbackStore,
+        rules: FeedbackRules,
+        tokens: dict[str, str] | None,
+        allow_without_token: bool,
+        retention_days: float | None = None,
     ) -> None:
         self.store = store
         self.rules = rules
-        self.token = token
+        self.tokens = tokens
         self.allow_without_token = allow_without_token
+        self.retention_days = retention_days
         self.normalizer: Normalizer | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        status, body = self._handle(environ)
+        if environ.get("PATH_INFO") != "/feedback":
+            status, body = "404 Not Found", {"error": "POST /feedback"}
+        else:
+            status, body = self._handle(environ)
         start_response(status, [("Content-Type", "application/json")])
         return [json.dumps(body).encode() + b"\n"]
 
-    def _handle(self, environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _handle(self, environ: dict[str, Any]) -> Answer:
         if environ.get("REQUEST_METHOD") != "POST":
             return "405 Method Not Allowed", {"error": "POST a JSON verdict"}
-        denied = self._denied(environ.get("HTTP_AUTHORIZATION", ""))
-        if denied is not None:
+        author = self._author(environ.get("HTTP_AUTHORIZATION", ""))
+        if isinstance(author, tuple):
             FEEDBACK.labels(verdict="", outcome="denied").inc()
-            return denied
+            return author
+        body = read_body(environ)
+        if isinstance(body, tuple):
+            FEEDBACK.labels(verdict="", outcome="rejected").inc()
+            return body
         try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            return "400 Bad Request", {"error": "Content-Length is not a number"}
-        if length > MAX_BODY_BYTES:
-            return "413 Content Too Large", {"error": f"body over {MAX_BODY_BYTES} bytes"}
-        try:
-            request = json.loads(environ["wsgi.input"].read(length) or b"null")
+            request = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
+            FEEDBACK.labels(verdict="", outcome="rejected").inc()
             return "400 Bad Request", {"error": "body is not JSON"}
         try:
-            feedback = self._resolve(request)
+            return self._store(self._resolve(request, author, str(environ.get("REMOTE_ADDR", ""))))
+        except AmbiguousTarget as exc:
+            FEEDBACK.labels(verdict="", outcome="ambiguous").inc()
+            return "409 Conflict", {"error": str(exc), "templates": exc.templates, "unlisted": exc.unlisted}
+        except FeedbackUnavailable as exc:  # locked, full or gone: the caller may retry
+            log.error("feedback_not_stored", error=str(exc))
+            return "503 Service Unavailable", {"error": str(exc)}
         except FeedbackError as exc:
             FEEDBACK.labels(verdict="", outcome="rejected").inc()
             return "400 Bad Request", {"error": str(exc)}
         except _NotReady:
             return "503 Service Unavailable", {"error": "the model is not loaded yet; retry"}
-        try:
-            stored = self.store.add(feedback)
-        except FeedbackError as exc:  # the database is locked, full or gone: the caller may retry
-            log.error("feedback_not_stored", error=str(exc))
-            return "503 Service Unavailable", {"error": str(exc)}
-        self.rules.refresh(force=True)  # in effect for the next batch, not in refresh_seconds
-        FEEDBACK.labels(verdict=stored.verdict, outcome="stored").inc()
-        log.info("feedback_stored", verdict=stored.verdict, template=stored.template, by=stored.created_by)
-        return "201 Created", stored.to_json()
 
-    def _denied(self, authorization: str) -> tuple[str, dict[str, Any]] | None:
-        if self.token is None:
+    def _store(self, made: list[Feedback]) -> Answer:
+        stored = [self.store.add(feedback) for feedback in made]
+        if self.retention_days is not None:
+            self.store.prune(self.retention_days)
+        self.rules.refresh(force=True)  # in effect for the next batch, not in refresh_seconds
+        for f in stored:
+            FEEDBACK.labels(verdict=f.verdict, outcome="stored").inc()
+            log.info(
+                "feedback_stored", verdict=f.verdict, template=f.template, stream=f.stream, by=f.created_by,
+                remote=f.remote, expires_at=f.expires_at,
+            )  # fmt: skip
+        return "201 Created", {"stored": [f.to_json() for f in stored]}
+
+    def _author(self, authorization: str) -> str | Answer:
+        """The user the bearer token names, or the refusal."""
+        if self.tokens is None:
             if self.allow_without_token:
-                return None
+                return ANONYMOUS
             return "403 Forbidden", {
-                "error": "feedback is closed: set feedback.token (or allow_without_token)"
+                "error": "feedback is closed: set feedback.tokens_file (or allow_without_token)"
             }
         scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return "401 Unauthorized", {"error": "missing or wrong bearer token"}
-        return None
+        name = self.tokens.get(_digest(given.strip())) if scheme.lower() == "bearer" else None
+        if name is None:
+            return "401 Unauthorized", {"error": "missing or unknown bearer token"}
+        return name
 
-    def _resolve(self, request: Any) -> Feedback:
+    def _resolve(self, request: Any, author: str, remote: str) -> list[Feedback]:
         if not isinstance(request, dict):
             raise FeedbackError("body: expected a JSON object")
         unknown = sorted(set(request) - FIELDS)
         if unknown:
             raise FeedbackError(f"{unknown[0]}: unknown field (expected {', '.join(sorted(FIELDS))})")
-        if not all(isinstance(v, str) for v in request.values()):
-            raise FeedbackError("every field is a string")
+        by_number = "fingerprint" in request  # then template picks one of its group's templates
+        pick, every = request.get("template") if by_number else None, request.get("all", False)
+        if by_number and pick is not None and (isinstance(pick, bool) or not isinstance(pick, int)):
+            raise FeedbackError("template: with a fingerprint, the number of one of its group's templates")
+        if not isinstance(every, bool):
+            raise FeedbackError("all: true or false")
+        if not all(
+            isinstance(v, str)
+            for k, v in request.items()
+            if k != "all" and not (by_number and k == "template")
+        ):
+            raise FeedbackError("every field but all (and a template number) is a string")
         if "line" in request and self.normalizer is None:
             raise _NotReady
-        target = Target(**{k: request[k] for k in TARGETS if k in request})
-        return resolve(
-            request.get("verdict", ""), target, self.store, normalizer=self.normalizer,
-            created_by=request.get("by", ""), comment=request.get("comment", ""),
+        target = Target(
+            template=None if by_number else request.get("template"), line=request.get("line"),
+            fingerprint=request.get("fingerprint"), pick=pick, every=every,
         )  # fmt: skip
+        stamp = Stamp(
+            created_by=author, remote=remote, comment=request.get("comment", ""),
+            stream=request.get("stream", EVERY_STREAM),
+            expires_at=expiry(request.get("for"), request.get("until")),
+        )  # fmt: skip
+        return resolve(
+            request.get("verdict", ""), target, self.store, normalizer=self.normalizer, stamp=stamp
+        )
 
 
 class _NotReady(Exception):
     """A raw line arrived before the model (its masking) was loaded."""
 
 
+def read_body(environ: dict[str, Any], limit: int = MAX_BODY_BYTES) -> bytes | Answer:
+    """The request body, read only as far as its Content-Length and never past `limit`; or
+    the answer refusing it (411 without a length, 400 for one that is not a count of bytes,
+    413 over the limit, 408 when the client stops sending)."""
+    text = str(environ.get("CONTENT_LENGTH") or "").strip()
+    if not text:
+        return "411 Length Required", {"error": "send a Content-Length"}
+    if not (text.isascii() and text.isdigit()):
+        return "400 Bad Request", {"error": "Content-Length is not a number of bytes"}
+    if len(text) > len(str(limit)) or int(text) > limit:
+        return "413 Content Too Large", {"error": f"body over {limit} bytes"}
+    length = int(text)
+    try:
+        body = environ["wsgi.input"].read(length)
+    except TimeoutError:
+        return "408 Request Timeout", {"error": "the body stopped arriving"}
+    if len(body) < length:
+        return "400 Bad Request", {"error": "body shorter than its Content-Length"}
+    return body
+
+
 def open_feedback(settings: ServeSettings) -> FeedbackEndpoint | None:
     """The store, its rules and the endpoint for one serve process; None when there is no
-    feedback database (no `feedback.database` and no alert outbox): then /feedback is a 404."""
+    feedback database (no `feedback.database` and no alert outbox): then nothing listens
+    on the feedback port. Verdicts past the retention are deleted here, at start."""
     database = settings.feedback.database
     if database is None and settings.sink.kind == "alerts" and settings.sink.routes is not None:
         from logstream.alerts.config import load_config
@@ -131,7 +243,28 @@ def open_feedback(settings: ServeSettings) -> FeedbackEndpoint | None:
         database = Path(load_config(settings.sink.routes, secrets=False).delivery.outbox)
     if database is None:
         return None
+    tokens = load_tokens(settings.feedback.tokens_file) if settings.feedback.tokens_file else None
     store = FeedbackStore(database)
-    token = settings.feedback.token.get_secret_value() if settings.feedback.token else None
+    try:
+        pruned = store.prune(settings.feedback.retention_days)
+    except FeedbackError as exc:  # locked or unreadable right now: the next POST prunes
+        log.error("feedback_prune_failed", error=str(exc))
+    else:
+        log.info("feedback_pruned", verdicts=pruned, retention_days=settings.feedback.retention_days)
     rules = FeedbackRules(store, settings.feedback.refresh_seconds)
-    return FeedbackEndpoint(store, rules, token, settings.feedback.allow_without_token)
+    return FeedbackEndpoint(
+        store, rules, tokens, settings.feedback.allow_without_token, settings.feedback.retention_days
+    )
+
+
+def serve_feedback(settings: ServeSettings, endpoint: FeedbackEndpoint) -> BoundedWSGIServer | None:
+    """The feedback port's server (the http section's limits), None without `feedback.port`;
+    SettingsError if it cannot listen."""
+    if settings.feedback.port is None:
+        return None
+    limits = HttpLimits(settings.http.timeout_seconds, settings.http.max_connections)
+    try:
+        return start_server(settings.feedback.host, settings.feedback.port, endpoint, "feedback", limits)
+    except OSError as exc:
+        address = f"{settings.feedback.host}:{settings.feedback.port}"
+        raise SettingsError(f"feedback: cannot listen on {address}: {exc.strerror}") from None

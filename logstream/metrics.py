@@ -1,18 +1,23 @@
-"""Prometheus metrics (names as in DESIGN "Interfaces") and the /healthz /readyz /metrics server.
+"""Prometheus metrics (names as in DESIGN "Interfaces"), the /healthz /readyz /metrics server,
+and the bounded HTTP server it and POST /feedback (logstream.feedback_http) run on.
 
 Defined once here, in the default registry, so that every module counts into
 the same series. Labels stay low-cardinality: never a stream id or free text.
 (`logstream_alerts_sent_total{channel,outcome}` belongs to the alerts package.)
+
+Both servers are bounded (`HttpLimits`): a socket read waits at most `timeout_seconds`, and
+at most `max_connections` requests are handled at once; a connection beyond the cap is
+answered 503 and closed, so clients that open connections and never finish a request hold
+a bounded number of threads, not one each.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
@@ -90,6 +95,17 @@ REPARTITIONED = Counter("logstream_repartitioned", "Messages forwarded by the re
 FEEDBACK = Counter(
     "logstream_feedback", "POST /feedback requests by verdict and outcome.", ["verdict", "outcome"]
 )
+FEEDBACK_RULES = Gauge("logstream_feedback_rules", "Operator rules in force, by verdict.", ["verdict"])
+FEEDBACK_REFRESH_ERRORS = Counter(
+    "logstream_feedback_refresh_errors",
+    "Reads of the feedback database that failed (the rules read before stay in force), by SQLite error class.",
+    ["kind"],
+)
+HTTP_REFUSED = Counter(
+    "logstream_http_refused_connections",
+    "Connections answered 503 at once: the server already handled http.max_connections.",
+    ["server"],
+)
 FEEDBACK_SUPPRESSED = Counter(
     "logstream_feedback_suppressed_lines",
     "Lines over the threshold that did not alert: an operator marked their template normal.",
@@ -165,27 +181,95 @@ class _QuietHandler(WSGIRequestHandler):
         """Probes hit these endpoints every few seconds: no access log."""
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\n\r\nbusy\n"
+)
 
-def serve_http(
-    host: str, port: int, health: Health, routes: Mapping[str, WsgiApp] | None = None
-) -> WSGIServer:
-    """Serve /healthz, /readyz, /metrics and `routes` (e.g. /feedback) from a daemon thread;
-    `shutdown()` stops it."""
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one client may hold: each socket read waits at most `timeout_seconds`, and at
+    most `max_connections` requests are handled at once (a thread each); a connection
+    beyond is answered 503 and closed at once, never queued."""
+
+    timeout_seconds: float = 10.0
+    max_connections: int = 16
+
+
+class BoundedWSGIServer(WSGIServer):
+    """wsgiref's server with a thread per request, at most `limits.max_connections` of them.
+
+    The accepting thread takes a slot before it starts a request's thread, so the count
+    can never pass the cap: a client that opens connections and sends nothing (or half a
+    request) holds at most that many threads, each for `timeout_seconds` per read."""
+
+    def __init__(self, address: tuple[str, int], app: WsgiApp, name: str, limits: HttpLimits) -> None:
+        handler = type("_Handler", (_QuietHandler,), {"timeout": limits.timeout_seconds})
+        super().__init__(address, handler)
+        self.set_app(app)
+        self.name = name
+        self.limits = limits
+        self._slots = threading.BoundedSemaphore(limits.max_connections)
+        self._active = 0
+        self._active_lock = threading.Lock()
+
+    @property
+    def active(self) -> int:
+        """Requests being handled now (each on a thread of its own)."""
+        return self._active
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            HTTP_REFUSED.labels(server=self.name).inc()
+            try:
+                request.settimeout(1.0)  # a few bytes into a fresh socket's buffer: never blocks long
+                request.sendall(_BUSY)
+            except OSError:
+                pass  # the client left already
+            self.shutdown_request(request)
+            return
+        with self._active_lock:
+            self._active += 1
+        threading.Thread(
+            target=self._handle,
+            args=(request, client_address),
+            name=f"logstream-{self.name}-request",
+            daemon=True,
+        ).start()
+
+    def _handle(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except OSError:
+            pass  # a client that timed out, reset or left: nothing to answer
+        except Exception:
+            self.handle_error(request, client_address)  # a bug: its traceback on stderr
+        finally:
+            self.shutdown_request(request)
+            with self._active_lock:
+                self._active -= 1
+            self._slots.release()
+
+
+def start_server(host: str, port: int, app: WsgiApp, name: str, limits: HttpLimits) -> BoundedWSGIServer:
+    """Serve `app` from a daemon thread (`name`: `metrics` or `feedback`, for logs and
+    metrics); `shutdown()` stops it. OSError if the address cannot be bound."""
+    server = BoundedWSGIServer((host, port), app, name, limits)
+    threading.Thread(target=server.serve_forever, name=f"logstream-{name}", daemon=True).start()
+    return server
+
+
+def serve_http(host: str, port: int, health: Health, limits: HttpLimits | None = None) -> BoundedWSGIServer:
+    """Serve /healthz, /readyz and /metrics from a daemon thread; `shutdown()` stops it."""
     metrics_app = make_wsgi_app()
-    routes = dict(routes or {})
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics_app(environ, start_response)
-        if path in routes:
-            return routes[path](environ, start_response)
         checks = {"/healthz": health.healthy, "/readyz": health.ready}
         if path not in checks:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
@@ -194,6 +278,4 @@ def serve_http(
         start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
         return [b"ok\n" if ok else b"not ready\n"]
 
-    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
-    threading.Thread(target=server.serve_forever, name="logstream-http", daemon=True).start()
-    return server
+    return start_server(host, port, app, "metrics", limits or HttpLimits())

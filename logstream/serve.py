@@ -63,7 +63,7 @@ from logstream.consumers.repartition import (
     serve_repartition,
 )
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback_http import open_feedback
+from logstream.feedback_http import open_feedback, serve_feedback
 from logstream.live_model import ModelFollower
 from logstream.metrics import (
     ACTIVE_STREAMS,
@@ -86,6 +86,7 @@ from logstream.metrics import (
     TRACKED_STREAM_EVICTIONS,
     TRACKED_STREAMS,
     Health,
+    HttpLimits,
     serve_http,
 )
 from logstream.quiet import QuietWatch
@@ -501,13 +502,14 @@ async def serve(settings: ServeSettings) -> int:
     """Load the model, start the endpoints, serve until SIGTERM/SIGINT; the exit code."""
     health = Health()
     feedback = open_feedback(settings)
+    limits = HttpLimits(settings.http.timeout_seconds, settings.http.max_connections)
     try:
-        server = serve_http(
-            settings.http.host, settings.http.port, health, {"/feedback": feedback} if feedback else None
-        )
+        server = serve_http(settings.http.host, settings.http.port, health, limits)
     except OSError as exc:
         address = f"{settings.http.host}:{settings.http.port}"
         raise SettingsError(f"http: cannot listen on {address}: {exc.strerror}") from None
+    feedback_server = serve_feedback(settings, feedback) if feedback is not None else None
+    servers = [server] + ([feedback_server] if feedback_server is not None else [])
     if settings.model.threads is not None:
         torch.set_num_threads(settings.model.threads)
     sink: AnomalySink | None = None
@@ -571,9 +573,10 @@ async def serve(settings: ServeSettings) -> int:
             sink.close()
         if audit is not None:
             audit.close()
+        for running in servers:
+            running.shutdown()
         if feedback is not None:
             feedback.store.close()
-        server.shutdown()
 
 
 async def _repartition_only(settings: ServeSettings) -> int:

@@ -276,24 +276,36 @@ class RepartitionSettings(_Section):
 
 
 class HttpSettings(_Section):
-    """/healthz, /readyz and /metrics."""
+    """/healthz, /readyz and /metrics; the limits also bound the feedback port."""
 
     host: str = "0.0.0.0"  # a pod must answer its kubelet's probes
     port: Port = 8080
+    # Each socket read of a request waits at most this long (a half-sent request is dropped).
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    # Requests handled at once per port (a thread each); a connection beyond gets 503 at once.
+    max_connections: int = Field(default=16, gt=0, le=1024)
 
 
 class FeedbackSettings(_Section):
-    """Operator feedback (logstream.feedback): where verdicts live, who may POST them."""
+    """Operator feedback (logstream.feedback): where verdicts live, who may POST them, and where."""
 
     # The feedback database; None = the routes file's outbox (sink kind alerts), else off.
-    # Replicas share feedback when this is one file on a volume they all mount.
+    # One file per pod: SQLite's locks do not work across hosts (docs/lifecycle.md "Replicas").
     database: Path | None = None
-    # How often scoring re-reads the verdicts (the CLI's and other replicas').
+    # POST /feedback has a port of its own (the metrics port stays read-only); None = no
+    # endpoint (verdicts by `logstream feedback` only). configs/serve.yaml sets 8081.
+    host: str = "0.0.0.0"
+    port: Port | None = None
+    # How often scoring re-reads the verdicts (the CLI's and other processes').
     refresh_seconds: float = Field(default=5.0, gt=0)
-    # POST /feedback needs `Authorization: Bearer <token>` (env LOGSTREAM_FEEDBACK__TOKEN).
-    token: SecretStr | None = None
-    # Without a token POST /feedback answers 403, unless this opens it (a trusted network only).
+    # Who may POST: a file of "name:token" lines, one per operator or integration; the name
+    # is stored as the verdict's author (the caller cannot choose it).
+    tokens_file: Path | None = None
+    # Without tokens POST /feedback answers 403, unless this opens it (a trusted network only;
+    # verdicts are then stored as by "anonymous", with the caller's address).
     allow_without_token: bool = False
+    # Verdicts expired, or replaced for good, longer ago than this are deleted.
+    retention_days: float = Field(default=90.0, gt=0)
 
 
 class ServeSettings(BaseSettings):
@@ -330,6 +342,12 @@ class ServeSettings(BaseSettings):
     audit_log: Path | None = None
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> ServeSettings:
+        if self.feedback.port == self.http.port and self.feedback.port:
+            raise ValueError("feedback.port must differ from http.port (feedback has a port of its own)")
+        return self
 
     @classmethod
     def settings_customise_sources(

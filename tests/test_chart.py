@@ -937,7 +937,7 @@ def test_every_optional_feature_has_a_ci_values_file() -> None:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
         enabled_by_ci |= {switch for switch, enabled in _switches(values) if enabled is True}
     expected = {"gpu", "keda", "keda.authentication", "autoscaling", "serviceMonitor", "prometheusRule"}
-    expected |= {"grafanaDashboard"}
+    expected |= {"grafanaDashboard", "networkPolicy"}
     assert expected | {"podDisruptionBudget", "state.persistence"} <= switches
     assert switches == enabled_by_ci & switches
 
@@ -1199,3 +1199,71 @@ def test_repartition_without_its_topic_fails_rendering(helm: str) -> None:
     result = _run(_template_args(helm, [], ["repartition.enabled=true"]))
     assert result.returncode != 0
     assert "config.serve.repartition.topic" in result.stderr
+
+
+NETWORK_POLICY = CHART / "ci" / "networkpolicy-values.yaml"
+
+
+def container_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
+    return workload(objects)["spec"]["template"]["metadata"]["labels"]
+
+
+def test_network_policy_admits_metrics_from_monitoring_and_feedback_from_its_peers(helm: str) -> None:
+    """networkPolicy: the pods' ingress is the http port from the monitoring namespace and the
+    feedback port from the configured peers only; their egress is left alone."""
+    objects = render(helm, [NETWORK_POLICY])
+    policy = one(objects, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= container_labels(objects).items()
+    assert policy["policyTypes"] == ["Ingress"]
+    metrics, feedback = policy["ingress"]
+    assert metrics["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert feedback["ports"] == [{"port": "feedback", "protocol": "TCP"}]
+    assert feedback["from"][0]["podSelector"] == {"matchLabels": {"app": "feedback-bot"}}
+    port_names = {p["name"] for p in container(objects)["ports"]}
+    assert {"http", "feedback"} == port_names
+
+
+def test_network_policy_without_feedback_peers_closes_the_feedback_port(helm: str) -> None:
+    """No feedback peers: the policy has the metrics rule only, so nothing reaches POST /feedback."""
+    objects = render(helm, [NETWORK_POLICY], ["networkPolicy.feedback.from=[]"])
+    assert [rule["ports"][0]["port"] for rule in one(objects, "NetworkPolicy")["spec"]["ingress"]] == ["http"]
+
+
+def test_feedback_has_a_container_and_a_service_port_of_its_own(helm: str) -> None:
+    """With a feedback database (the alerts sink's outbox) the container has a `feedback` port
+    at the config's feedback.port and the Service a second port to it; the ServiceMonitor
+    still scrapes `http` only. Without one (the jsonl sink) there is no feedback port."""
+    sets = ["config.serve.sink.kind=alerts", "config.serve.feedback.port=9191", "service.feedbackPort=8181"]
+    objects = render(helm, sets=[*sets, "serviceMonitor.enabled=true"])
+    assert {"name": "feedback", "containerPort": 9191, "protocol": "TCP"} in container(objects)["ports"]
+    ports = {p["name"]: p for p in one(objects, "Service")["spec"]["ports"]}
+    assert ports["feedback"]["port"] == 8181 and ports["feedback"]["targetPort"] == "feedback"
+    assert [e["port"] for e in one(objects, "ServiceMonitor")["spec"]["endpoints"]] == ["http"]
+    plain = render(helm)
+    assert [p["name"] for p in container(plain)["ports"]] == ["http"]
+    assert [p["name"] for p in one(plain, "Service")["spec"]["ports"]] == ["http"]
+
+
+def test_feedback_tokens_come_from_the_credentials_secret(
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """feedback.tokensKey: serve's feedback.tokens_file is that key of the mounted credentials
+    Secret, and the rendered config validates."""
+    objects = render(helm, [NETWORK_POLICY])
+    mount = next(m for m in container(objects)["volumeMounts"] if m["name"] == "credentials")
+    tokens_file = serve_config(objects)["feedback"]["tokens_file"]
+    assert tokens_file == f"{mount['mountPath']}/FEEDBACK_TOKENS"
+    assert "FEEDBACK_TOKENS" in one(objects, "Secret")["data"]
+    config = tmp_path / "serve.yaml"
+    config.write_text(config_map(objects)["data"]["serve.yaml"], encoding="utf-8")
+    assert load_settings(config).feedback.tokens_file == Path(tokens_file)
+
+
+def test_feedback_tokens_without_a_secret_fail_rendering(helm: str) -> None:
+    """feedback.tokensKey without a credentials Secret fails with the fix named."""
+    result = _run(_template_args(helm, [], ["feedback.tokensKey=FEEDBACK_TOKENS"]))
+    assert result.returncode != 0
+    assert "secrets.existingSecret or secrets.create" in result.stderr

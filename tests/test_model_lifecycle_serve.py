@@ -16,7 +16,7 @@ import pytest
 from alerts_support import webhook, write_routes
 from broken_models import broken_copy
 from http_receivers import Receiver
-from kafka_broker import KafkaBroker, produce
+from kafka_broker import KafkaBroker, free_port, produce
 from test_kafka_serve import ODD_LINE, Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
 
 from logstream import model_store
@@ -46,12 +46,16 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
         model_store.add(store, synthetic_model_dir)
     model_store.promote(store, "v0001")
     topic, group = new_topic(kafka_broker, partitions=1)
+    tokens = tmp_path / "feedback-tokens"
+    tokens.write_text("on-call:on-call-0123456789abcdef\n")
+    feedback_port = free_port()
     with Receiver() as receiver:
         routes = write_routes(tmp_path, [webhook("team", receiver.url)])
         serve = Serve(
             tmp_path, kafka_broker, synthetic_model_dir, topic, group,
             model={"dir": None, "store": str(store), "reload_seconds": 0.001, "shadow": "v0003"},
-            sink={"kind": "alerts", "routes": str(routes)}, feedback={"token": "s3cret"},
+            sink={"kind": "alerts", "routes": str(routes)},
+            feedback={"tokens_file": str(tokens), "host": "127.0.0.1", "port": feedback_port},
         ).start()  # fmt: skip
         wait_for(serve.ready, "serve ready")
         placed: list[tuple[int, int]] = []
@@ -64,11 +68,12 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
         for i, (_, command) in enumerate(rounds):
             if command == "feedback":  # the odd line's template marked normal over HTTP
                 answer = httpx.post(
-                    f"http://127.0.0.1:{serve.port}/feedback",
-                    json={"verdict": "normal", "line": ODD_LINE, "by": "on-call"},
-                    headers={"Authorization": "Bearer s3cret"},
+                    f"http://127.0.0.1:{feedback_port}/feedback",
+                    json={"verdict": "normal", "line": ODD_LINE},
+                    headers={"Authorization": "Bearer on-call-0123456789abcdef"},
                 )
                 assert answer.status_code == 201, answer.text
+                assert answer.json()["stored"][0]["created_by"] == "on-call"
             elif command is not None:
                 _models(*command)
             messages = normal_lines(30, seed=40 + i)

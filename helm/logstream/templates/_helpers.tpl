@@ -98,8 +98,9 @@ Where the ConfigMap (serve.yaml, alerts.yaml) is mounted in the container.
 {{/*
 The serve config as a YAML document: files/serve.yaml, deep-merged with config.serve, and the
 paths the chart owns: model.dir (or model.store, with model.layout "store"), model.device on GPU pods, sink.routes (the mounted
-alerts.yaml) when sink.kind is "alerts", and repartition.in_process (false when the stage
-has its own Deployment). Every template that needs a setting (the http port,
+alerts.yaml) when sink.kind is "alerts", repartition.in_process (false when the stage
+has its own Deployment), and feedback.tokens_file (the credentials Secret's feedback.tokensKey,
+mounted). Every template that needs a setting (the http port,
 the consumer group, the brokers) reads it from here, so the ConfigMap, the probes and the
 KEDA trigger cannot disagree.
 */}}
@@ -128,6 +129,11 @@ KEDA trigger cannot disagree.
 {{- $_ := set $repartition "in_process" false }}
 {{- $_ := set $config "repartition" $repartition }}
 {{- end }}
+{{- if .Values.feedback.tokensKey }}
+{{- $feedback := get $config "feedback" | default dict }}
+{{- $_ := set $feedback "tokens_file" (printf "%s/%s" .Values.secrets.mountPath .Values.feedback.tokensKey) }}
+{{- $_ := set $config "feedback" $feedback }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -150,6 +156,19 @@ The HTTP port of /healthz, /readyz and /metrics: the config's http.port.
 {{- $config := include "logstream.serveConfig" . | fromYaml }}
 {{- $http := get $config "http" | default dict }}
 {{- get $http "port" | default 8080 | int }}
+{{- end }}
+
+{{/*
+The port of POST /feedback: the config's feedback.port; empty when it is null or serve has no
+feedback database (neither feedback.database nor the alerts sink's outbox): nothing listens.
+*/}}
+{{- define "logstream.feedbackPort" -}}
+{{- $config := include "logstream.serveConfig" . | fromYaml }}
+{{- $feedback := get $config "feedback" | default dict }}
+{{- $sink := get $config "sink" | default dict }}
+{{- if and (get $feedback "port") (or (get $feedback "database") (eq (get $sink "kind") "alerts")) }}
+{{- get $feedback "port" | int }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -252,6 +271,9 @@ Reject value combinations that the schema cannot express; included by the worklo
 {{- $repartition := get (include "logstream.serveConfig" . | fromYaml) "repartition" | default dict }}
 {{- if and .Values.repartition.enabled (not (get $repartition "topic")) }}
 {{- fail "repartition.enabled needs config.serve.repartition.topic (the topic keyed by stream that the scoring pods consume)." }}
+{{- end }}
+{{- if and .Values.feedback.tokensKey (not (include "logstream.secretName" .)) }}
+{{- fail "feedback.tokensKey names a key of the credentials Secret: set secrets.existingSecret or secrets.create." }}
 {{- end }}
 {{- if and (eq .Values.model.source "initContainer") (not .Values.model.initContainer.image.repository) }}
 {{- fail "model.source initContainer needs model.initContainer.image.repository." }}

@@ -63,6 +63,11 @@ spec:
         - name: http
           containerPort: {{ include "logstream.httpPort" . }}
           protocol: TCP
+        {{- with include "logstream.feedbackPort" . }}
+        - name: feedback
+          containerPort: {{ . }}
+          protocol: TCP
+        {{- end }}
       {{- with .Values.extraEnv }}
       env:
         {{- toYaml . | nindent 8 }}
