@@ -52,8 +52,9 @@ from logstream.evaluation.traces import traces
 from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
 from logstream.inputs import InputStats, read_sessions
 from logstream.model import load_model_dir
+from logstream.quiet import QuietWatch, learn_baseline, source_of
 from logstream.records import LogRecord, Stream
-from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
+from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
 from logstream.scoring.levels import DEFAULT_FAILURE_WORDS
@@ -307,8 +308,14 @@ def _rank(values: np.ndarray, verdicts: list[str | None]) -> np.ndarray:
     return values + shift
 
 
-def evaluate(scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+def evaluate(
+    scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray, threshold: float | None = None
+) -> dict[str, float]:
     out = {"fa_per_1000": false_alarms_per_1000(flagged, labels)}
+    if threshold is not None:  # criticals among the false alarms (`calibration.alert_severity`)
+        out["critical_fa_per_1000"] = false_alarms_per_1000(
+            flagged & (scores >= threshold + CRITICAL_MARGIN), labels
+        )
     if labels.sum():
         precision, recall, f1 = precision_recall_f1(flagged.astype(float), labels, 0.5)
         out |= {"auc_pr": auc_pr(scores, labels), "f1": f1, "precision": precision, "recall": recall}
@@ -428,6 +435,85 @@ def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, s
     return scores
 
 
+# -- a source that stops logging ------------------------------------------------------------
+
+
+def stopped_source(case: Case) -> dict[str, object] | None:
+    """The scored half's busiest source (a syslog `host program` or a logger) stops logging at
+    the half's middle: does the quiet watch, started from the baseline's rhythms as replay
+    starts it, name it, and how many other sources does it call quiet? None for a log whose
+    lines name no source."""
+    scored = case.scored[0].lines
+    sources = Counter(found[0] for line in scored if (found := source_of(line)) is not None)
+    if not sources:
+        return None
+    source = sources.most_common(1)[0][0]
+    middle = len(scored) // 2
+    kept = [line for i, line in enumerate(scored) if i < middle or (source_of(line) or ("",))[0] != source]
+    baseline, watch = learn_baseline(case.baseline), QuietWatch()
+    threshold = Calibration().threshold()
+    named = [q.source for line in kept for q in watch.observe("default", line, threshold, baseline)]
+    return {"source": source, "noticed": source in named, "others": len(set(named) - {source})}
+
+
+# -- the table in docs/quality.md -------------------------------------------------------------
+
+BEGIN, END = "<!-- benchmarks/quality.py writes from here -->", "<!-- to here -->"
+
+
+def _f(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.2f}"
+
+
+def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
+    """The results table, the summary rows and the constants, as docs/quality.md shows them."""
+    peer_names = ["severity", "rarity", "severity then rarity", "unseen 6-grams"]
+    head = ["log", "AUC-PR", "F1", "false alarms /1000", *[f"AUC-PR, {k} verdicts" for k in verdicts if k],
+            *[f"{p}: AUC-PR" for p in peer_names], "held-out constants"]  # fmt: skip
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    labelled = {name: r for name, r in results.items() if "auc_pr" in r["logstream, 0 verdicts"]}
+    for name, r in results.items():
+        ours = r["logstream, 0 verdicts"]
+        c = r["constants"]
+        constants = (f"k {c['line_top_k']}, rate {c['false_alarm_rate']:g}, {c['vocabulary']}, "
+                     f"priors {c['prior_warning']:g}/{c['prior_error']:g}/{c['prior_critical']:g}, "
+                     f"refit {c['refit_every']}")  # fmt: skip
+        cells = [name, _f(ours.get("auc_pr")), _f(ours.get("f1")), f"{ours['fa_per_1000']:.1f}",
+                 *[_f(r[f"logstream, {k} verdicts"].get("auc_pr")) for k in verdicts if k],
+                 *[_f(r[p].get("auc_pr")) if p in r else "" for p in peer_names], constants]  # fmt: skip
+        rows.append("| " + " | ".join(cells) + " |")
+    mean = {m: np.mean([r["logstream, 0 verdicts"][m] for r in labelled.values()]) for m in ("auc_pr", "f1")}
+    worst = min(labelled, key=lambda n: labelled[n]["logstream, 0 verdicts"]["auc_pr"])
+    best_peer_beaten = [
+        n for n, r in labelled.items()
+        if r["logstream, 0 verdicts"]["auc_pr"] >= max(r[p]["auc_pr"] for p in peer_names if p in r) - 1e-9
+    ]  # fmt: skip
+    summary = [
+        "",
+        f"**Leave-one-log-out mean** over the {len(labelled)} labelled logs: AUC-PR **{mean['auc_pr']:.2f}**, "
+        f"F1 **{mean['f1']:.2f}** at the default sensitivity; the worst log: {worst} "
+        f"(AUC-PR {labelled[worst]['logstream, 0 verdicts']['auc_pr']:.2f}).",
+        *(
+            f"With {k} verdicts: mean AUC-PR **"
+            f"{np.mean([r[f'logstream, {k} verdicts']['auc_pr'] for r in labelled.values()]):.2f}**."
+            for k in verdicts
+            if k
+        ),
+        f"At least as good as the best simple peer (AUC-PR) on {len(best_peer_beaten)} of {len(labelled)} logs.",
+        "",
+        "Shipped constants (chosen on every log): "
+        + ", ".join(f"`{k}` = {v}" for k, v in shipped.items())
+        + ".",
+    ]
+    return "\n".join(rows + summary)
+
+
+def write_doc(path: Path, text: str) -> None:
+    doc = path.read_text(encoding="utf-8")
+    start, stop = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+    path.write_text(doc[:start] + "\n" + text + "\n" + doc[stop:], encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -437,7 +523,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/quality"))
     parser.add_argument("--only", default="", help="comma-separated case names or groups (default: all)")
     parser.add_argument("--verdicts", default="0", help="comma-separated verdict counts, e.g. 0,5,10,20")
+    parser.add_argument("--write", type=Path, help="rewrite the results in this doc (docs/quality.md)")
     args = parser.parse_args()
+    verdicts = [int(k) for k in args.verdicts.split(",")]
     cases = [*line_cases(args.data), *session_cases(args.hdfs)]
     if args.only:
         wanted = set(args.only.split(","))
@@ -456,9 +544,12 @@ def main() -> None:
         labels = np.array(case.labels)
         row: dict[str, dict] = {"constants": held_out}
         config = scoring_config(held_out, case.sessions)
-        for k in map(int, args.verdicts.split(",")):
+        threshold = Calibration(config=config).threshold()
+        for k in verdicts:
             s = with_verdicts(case, outputs[case.name], config, k, args.out / "verdicts.sqlite")
-            row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels)
+            row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, threshold)
+        if not case.sessions:
+            row["stopped source"] = stopped_source(case)
         baseline = [s.lines for s in case.baseline]
         peers = (
             session_peers(baseline, [s.lines for s in case.scored]) if case.sessions
@@ -469,8 +560,12 @@ def main() -> None:
         results[case.name] = row
         print(f"{case.name:22s} " + "  ".join(
             f"{name}: " + ", ".join(f"{k}={v:.3f}" for k, v in m.items() if k in ("auc_pr", "f1", "fa_per_1000"))
-            for name, m in row.items() if name != "constants"), flush=True)  # fmt: skip
-    print(json.dumps({"shipped": shipped, "cases": results}, default=float))
+            for name, m in row.items() if isinstance(m, dict) and "fa_per_1000" in m), flush=True)  # fmt: skip
+    report = {"shipped": shipped, "cases": results}
+    (args.out / "results.json").write_text(json.dumps(report, default=float, indent=1))
+    if args.write:
+        write_doc(args.write, markdown(results, shipped, verdicts))
+    print(json.dumps(report, default=float))
 
 
 if __name__ == "__main__":

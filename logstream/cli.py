@@ -123,7 +123,8 @@ SeedOpt = Annotated[int, typer.Option(help="Random seed for training.")]
 StepsOpt = Annotated[
     int,
     typer.Option(
-        min=1, help="Upper bound on optimizer steps; training stops earlier once the validation loss stops improving."
+        min=1,
+        help="Upper bound on optimizer steps; training stops earlier once the validation loss stops improving.",
     ),
 ]
 RateOpt = Annotated[

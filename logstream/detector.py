@@ -34,6 +34,7 @@ from logstream.tokenizer import LineTokenizer, prompt_ids
 
 __all__ = ["Detector", "ScoredLine", "ScoredSession"]
 
+
 @dataclass(frozen=True)
 class ScoredSession:
     """A whole stream scored and closed: its lines, its end (None unless scored), its score."""

@@ -106,7 +106,9 @@ def split_validation(examples: list[Example], seed: int) -> tuple[list[Example],
         return examples, []
     n = min(MAX_VALIDATION, max(1, round(len(examples) * VALIDATION_SHARE)))
     held = set(random.Random(seed).sample(range(len(examples)), n))
-    return [e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held]
+    return [e for i, e in enumerate(examples) if i not in held], [
+        e for i, e in enumerate(examples) if i in held
+    ]
 
 
 @dataclass
@@ -229,7 +231,9 @@ def _batch(batch: list[Example], sink_ids: list[int]) -> tuple[torch.Tensor, ...
     return tokens, line_ids, mask, weight
 
 
-def _token_loss(forward: Callable, tokens: torch.Tensor, S: int, autocast: torch.dtype | None) -> torch.Tensor:
+def _token_loss(
+    forward: Callable, tokens: torch.Tensor, S: int, autocast: torch.dtype | None
+) -> torch.Tensor:
     """Each log token's loss [B, T]; the sinks are input only."""
     T = tokens.shape[1] - S
     with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
@@ -238,7 +242,9 @@ def _token_loss(forward: Callable, tokens: torch.Tensor, S: int, autocast: torch
 
 
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, examples: list[Example], sink_ids: list[int], batch_size: int) -> float:
+def validation_loss(
+    model: torch.nn.Module, examples: list[Example], sink_ids: list[int], batch_size: int
+) -> float:
     """Mean token loss (nats) of the validation windows."""
     model.eval()
     total, count = 0.0, 0
@@ -335,7 +341,9 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
             lines = session.lines
             streams.append(
                 HeldOut(
-                    [s.surprisal for s in lines], [s.template_id for s in lines], [s.level for s in lines],
+                    [s.surprisal for s in lines],
+                    [s.template_id for s in lines],
+                    [s.level for s in lines],
                     session.end.surprisal if session.end is not None else None,
                 )
             )

@@ -200,16 +200,18 @@ def test_latest_verdict_wins_and_replicas_see_it_at_their_refresh(tmp_path: Path
     template = "INFO job <NUM>: step <*> rows=<NUM>"
     writer.add(Feedback("normal", template, created_by="bob"))
     rules.refresh()
-    assert not rules.verdict(template, "default") == "normal"  # read at start; the next read is due in 5 s
+    assert rules.verdict(template, "default") != "normal"  # read at start; the next read is due in 5 s
     clock.advance(5)
     rules.refresh()
     assert rules.verdict(template, "default") == "normal"
-    assert rules.verdict("INFO job <NUM>: step fetch rows=<NUM>", "default") == "normal"  # Drain's narrower form
-    assert not rules.verdict("INFO job <NUM>: step fetch", "default") == "normal"  # another shape
+    assert (
+        rules.verdict("INFO job <NUM>: step fetch rows=<NUM>", "default") == "normal"
+    )  # Drain's narrower form
+    assert rules.verdict("INFO job <NUM>: step fetch", "default") != "normal"  # another shape
     writer.add(Feedback("anomaly", template, created_by="carol"))
     clock.advance(5)
     rules.refresh()
-    assert not rules.verdict(template, "default") == "normal"
+    assert rules.verdict(template, "default") != "normal"
     assert [f.verdict for f in reader.listed()] == ["normal", "anomaly"]
 
 
