@@ -525,7 +525,7 @@ def train_model(out: Path) -> Path:
     from logstream.train import TrainConfig, save, train
 
     streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
-    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=1000, batch_size=16)
+    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=1000, batch_size=16)
     save(train(streams, config), out)
     return out
 

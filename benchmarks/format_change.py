@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--continue-steps", type=int, default=400, help="steps of `train --from`")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="format-change-"))
-    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=args.steps, batch_size=16)
+    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=args.steps, batch_size=16)
     baseline = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
     old = work / "v1"
     save(train(baseline, config), old)

@@ -37,6 +37,7 @@ import hashlib
 import itertools
 import json
 import pickle
+import shutil
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -49,7 +50,7 @@ from logstream.evaluation.injection import FORMATS, dev_log, strip_label_column
 from logstream.evaluation.metrics import auc_pr, false_alarms_per_1000, precision_recall_f1
 from logstream.evaluation.peers import line_peers, session_peers
 from logstream.evaluation.traces import traces
-from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
+from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
 from logstream.inputs import InputStats, read_sessions
 from logstream.model import load_model_dir
 from logstream.quiet import QuietWatch, learn_baseline, source_of
@@ -132,10 +133,10 @@ def session_cases(hdfs: Path) -> list[Case]:
     labels = [int(s.label or 0) for s in tail]
     train_traces, test_traces = traces(SEED, 150, 0, "train"), traces(SEED, 150, 40, "test")
     return [
-        Case("HDFS", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head if not s.label], scored, labels,
-             sessions=True),
-        Case("HDFS contaminated", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head], scored, labels,
-             sessions=True),
+        Case("HDFS sessions", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head if not s.label], scored,
+             labels, sessions=True),
+        Case("HDFS sessions, contaminated", "HDFS", [Stream(s.id, s.lines, ended=True) for s in head], scored,
+             labels, sessions=True),
         Case("process traces", "traces", [Stream(t.session, t.lines, ended=True) for t in train_traces],
              [Stream(t.session, t.lines, ended=True) for t in test_traces], [t.label for t in test_traces],
              sessions=True),
@@ -169,16 +170,20 @@ class Outputs:
     templates: list[str]  # the model's known templates (the miner's seed)
 
 
-def _slug(name: str) -> str:
-    return name.replace(" ", "_")
-
-
 def model_for(case: Case, out: Path) -> tuple[Detector, Path]:
     """The case's model, trained once per baseline and config (cached under `out`)."""
     config = train_config(case)
-    key = json.dumps([asdict(config), [[s.name, s.lines] for s in case.baseline]], default=str)
-    model_dir = out / _slug(case.name) / f"model-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    if not (model_dir / "logstream.json").exists():
+    # the step budget stays out of the key: a model that stopped early under it is the same model
+    settings = {k: v for k, v in asdict(config).items() if k != "max_steps"}
+    key = json.dumps([settings, [[s.name, s.lines] for s in case.baseline]], default=str)
+    model_dir = out / case.group / f"model-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    meta = model_dir / "logstream.json"
+    if meta.exists():
+        saved = json.loads(meta.read_text())
+        budget = saved["train_config"]["max_steps"]
+        if budget != config.max_steps and saved["train_steps"] >= min(budget, config.max_steps):
+            shutil.rmtree(model_dir)  # it ran into another budget
+    if not meta.exists():
         started = time.time()
         save(train(case.baseline, config), model_dir)
         print(f"  trained {case.name} in {time.time() - started:.0f} s", flush=True)
@@ -414,8 +419,12 @@ def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, s
     rules = FeedbackRules(store, refresh_seconds=0.0)
     labels = np.array(case.labels)
     answered: set[str] = set()
-    scores = score(config, outputs, case.sessions, rules)
-    for _ in range(k):
+    calibration = calibrate(
+        config, outputs
+    )  # verdicts act through the scorer; the calibration is the model's
+    scores = score(calibration, outputs, case.sessions, rules)
+    given = 0
+    while given < k:
         best: dict[str, float] = {}
         votes: dict[str, Counter] = defaultdict(Counter)
         for item, templates in enumerate(scores.templates):
@@ -428,9 +437,13 @@ def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, s
             break
         template = max(best, key=best.__getitem__)
         verdict = "anomaly" if votes[template][1] > votes[template][0] else "normal"
-        store.add(Feedback(verdict, template, target=f"template:{template}", created_by="oracle"))
         answered.add(template)
-        scores = score(config, outputs, case.sessions, rules)
+        try:  # as `logstream feedback` would: a template with too little literal text is refused
+            store.add(Feedback(verdict, template, target=f"template:{template}", created_by="oracle"))
+        except FeedbackError:
+            continue
+        given += 1
+        scores = score(calibration, outputs, case.sessions, rules)
     store.close()
     return scores
 

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -108,7 +109,7 @@ def main() -> None:
         for name in args.levers.split(","):
             trial = copy.deepcopy(model)
             started = time.perf_counter()
-            fit(trial, examples, sink_ids, config, args.steps, **LEVERS[name])
+            fit(trial, examples, sink_ids, replace(config, max_steps=args.steps), **LEVERS[name])
             seconds = time.perf_counter() - started
             best[name] = min(best.get(name, seconds), seconds)
         samples.append(measure(1.0))

@@ -58,7 +58,7 @@ class TrainConfig:
     fit_window: bool = True  # shrink the window to what the baseline fills (`plan_window`)
     seed: int = 0
     min_steps: int = 100  # a floor: validation loss is noisy at the start
-    max_steps: int = 5000  # the budget, whatever the validation loss does
+    max_steps: int = 2000  # the budget, whatever the validation loss does
     eval_every: int = 50  # steps between validation losses
     patience: int = 4  # evaluations without improvement before training stops
     batch_size: int = 8
@@ -314,7 +314,7 @@ def fit(
         smoothed = loss.item() if math.isnan(smoothed) else 0.9 * smoothed + 0.1 * loss.item()
         if progress:
             progress(step, max_steps, smoothed)
-        if validation and (step % config.eval_every == 0 or step == max_steps):
+        if validation and step % config.eval_every == 0:
             value = validation_loss(model, validation, sink_ids, config.batch_size)
             if value < best * (1 - 1e-3):
                 best, best_step, waited = value, step, 0
@@ -323,10 +323,12 @@ def fit(
                 waited += 1
             if waited >= config.patience and step >= min_steps:
                 break
-    if best_state is not None and best_step != step:
+    if best_state is not None and waited:  # the last evaluations did not improve: back to the best
         model.load_state_dict(best_state)
+    else:  # still improving at the budget's end (or never evaluated): the last weights
+        best_step = step
     model.eval()
-    return Fitted(step, best_step if best_state is not None else step, smoothed, best if validation else None)
+    return Fitted(step, best_step, smoothed, best if best_state is not None else None)
 
 
 def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:

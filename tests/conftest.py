@@ -48,7 +48,7 @@ def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from logstream.train import TrainConfig, save, train
 
     streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
-    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=1000, batch_size=16)
+    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=1000, batch_size=16)
     out = tmp_path_factory.mktemp("synthetic-model") / "model"
     save(train(streams, config), out)
     return out

@@ -43,7 +43,7 @@ def models(synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     store.close()
     assert len(seen) >= 3  # one per partition count too: "over 4 partitions" is its own line shape
     new = streams_from_lines(generate_lines(1500, seed=3).lines, STREAM_KEY)
-    config = TrainConfig(preset="tiny", window=128, seed=0, epochs=100, max_steps=400, batch_size=16)
+    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=400, batch_size=16)
     trained, streams = continue_training(parent, new, config, feedback_db=db)
     out = parent.parent / "v2"
     save(trained, out)

@@ -29,7 +29,7 @@ def keyed_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     model = tmp / "model"
     result = logstream(
         "train", baseline, "--out", model, "--stream-key", STREAM_KEY,
-        "--preset", "tiny", "--window", "64", "--min-steps", "10", "--max-steps", "10",
+        "--preset", "tiny", "--window", "64", "--max-steps", "10",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return model, later

@@ -1,19 +1,22 @@
-"""Training pieces: robust down-weighting, held-out split, continued training."""
+"""Training pieces: robust down-weighting, held-out split, continued training, early stopping."""
 
 from __future__ import annotations
 
 import torch
 
-from logstream.normalize import Normalizer
+from logstream.model import build_model
 from logstream.synth import generate_lines
+from logstream.tokenizer import LineTokenizer, train_tokenizer
 from logstream.train import (
     Stream,
     TrainConfig,
-    mask_streams,
-    rare_event_weights,
+    fit,
+    make_examples,
     robust_token_weights,
     split_heldout,
+    split_validation,
     train,
+    validation_loss,
 )
 
 
@@ -47,15 +50,46 @@ def test_continued_training_leaves_the_earlier_model_untouched() -> None:
     assert any(not torch.equal(before[k], v) for k, v in second.model.state_dict().items())
 
 
-def test_a_one_off_line_weighs_one_reading_of_it() -> None:
-    """`rare_event_weights`: a line whose template has n < epochs lines weighs n / epochs, so
-    over the run it counts n times, a one-off line once; a template seen at least once per
-    epoch weighs 1."""
-    routine = [f"GET /api/items/{i} status 200" for i in range(30)]
-    streams = [
-        Stream("web", [*routine[:15], "kernel: Out of memory: Kill process 812 (java)", *routine[15:]]),
-        Stream("db", ["checkpoint complete", "checkpoint complete"]),
-    ]
-    web, db = rare_event_weights(mask_streams(streams, Normalizer()), epochs=10.0)
-    assert web[15] == 0.1 and web[:15] == web[16:] == [1.0] * 15
-    assert db == [0.2, 0.2]
+def test_training_stops_when_the_validation_loss_stops_improving() -> None:
+    """A small, repetitive baseline is learned long before the step budget: training stops
+    once `patience` validation losses in a row did not improve, and keeps the weights of the
+    best one (the validation loss of the model it returns is that best loss)."""
+    config = TrainConfig(
+        preset="tiny", window=64, max_steps=2000, min_steps=20, eval_every=10, patience=2, batch_size=4
+    )
+    trained = train([Stream("s", generate_lines(400, seed=3).lines)], config)
+    meta = trained.meta
+    assert meta["train_steps"] < config.max_steps
+    assert meta["train_best_step"] <= meta["train_steps"] - config.patience * config.eval_every
+    assert meta["validation_loss"] is not None and meta["validation_loss"] < meta["final_loss"] + 1.0
+
+
+def test_validation_windows_are_never_trained_on() -> None:
+    """The validation windows are held out of the batches: the same seed picks the same ones,
+    and training on the rest leaves their loss above the trained windows' own."""
+    lines = [f"job {i % 7} step {i % 5} done" for i in range(300)]
+    tokenizer = LineTokenizer(train_tokenizer(lines, 300))
+    examples = make_examples([Stream("s", lines)], [tokenizer.encode_lines(lines)], tokenizer.eos_id, 32)
+    kept, held = split_validation(examples, seed=0)
+    assert held and len(kept) + len(held) == len(examples)
+    assert split_validation(examples, seed=0) == (kept, held)
+    assert all(h not in kept for h in held)
+    few, none = split_validation(examples[:9], seed=0)
+    assert none == [] and few == examples[:9]  # too few windows: no early stopping
+
+
+def test_fit_returns_what_it_kept() -> None:
+    """`fit` reports the step it kept and the validation loss of the weights it leaves."""
+    lines = [f"GET /api/items/{i % 40} status {200 + i % 3}" for i in range(400)]
+    tokenizer = LineTokenizer(train_tokenizer(lines, 300))
+    examples = make_examples([Stream("s", lines)], [tokenizer.encode_lines(lines)], tokenizer.eos_id, 48)
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer, max_positions=64)
+    config = TrainConfig(max_steps=60, min_steps=10, eval_every=10, patience=2, batch_size=4)
+    fitted = fit(model, examples, [tokenizer.bos_id], config)
+    _, validation = split_validation(examples, config.seed)
+    assert fitted.best_step <= fitted.steps <= config.max_steps
+    assert (
+        abs(validation_loss(model, validation, [tokenizer.bos_id], config.batch_size) - fitted.validation)
+        < 1e-4
+    )

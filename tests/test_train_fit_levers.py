@@ -31,9 +31,9 @@ def _examples() -> list[tuple[list[int], list[int], list[float]]]:
 
 def _trained(**levers: object) -> tuple[float, dict[str, torch.Tensor]]:
     model = _model()
-    config = TrainConfig(batch_size=2, seed=3)
-    loss = fit(model, _examples(), [1, 2, 3], config, steps=3, **levers)  # type: ignore[arg-type]
-    return loss, copy.deepcopy(model.state_dict())
+    config = TrainConfig(batch_size=2, seed=3, max_steps=3)
+    fitted = fit(model, _examples(), [1, 2, 3], config, **levers)  # type: ignore[arg-type]
+    return fitted.loss, copy.deepcopy(model.state_dict())
 
 
 @pytest.mark.slow  # compiling forward + backward: about 1-2 minutes on the loaded 2-core machine
