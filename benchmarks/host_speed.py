@@ -7,7 +7,7 @@ as one file, and times each piece of a line's host work in microseconds per line
 `--repeat` (the machine is shared):
 - reading and parsing the file as replay does (serve's parser, one `default` stream), then
   the same with each line's event time (`event_time.with_event_time`);
-- the line's severity (`ScoringConfig.severity`: its level field and failure words);
+- the line's level (`ScoringConfig.level`: its level field and failure words);
 - masking (`Normalizer.mask`), tokenizing in replay's batches (`LineTokenizer.encode_lines`),
   template mining (`PatternMiner.add`), which tokens begin a word: each with a fresh
   tokenizer or miner, as a replay starts, so that their caches fill as the file goes;
@@ -36,7 +36,7 @@ from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
 from logstream.presets import PRESETS
 from logstream.replay import LINE_BATCH
-from logstream.scoring import ScoringConfig
+from logstream.scoring.config import ScoringConfig
 from logstream.tokenizer import LineTokenizer, train_tokenizer
 
 LOGHUB = Path("../shared/data/loghub")
@@ -83,7 +83,7 @@ def main() -> None:
     tokenizer = LineTokenizer(hf)
     ids = tokenizer.encode_lines(masked)
     scoring = ScoringConfig()
-    costs["severity"] = best_us_per_line(lambda: [scoring.severity(line) for line in lines], n, args.repeat)
+    costs["level"] = best_us_per_line(lambda: [scoring.level(line) for line in lines], n, args.repeat)
     costs["mask"] = best_us_per_line(lambda: [normalizer.mask(line) for line in lines], n, args.repeat)
 
     def tokenize() -> None:  # a fresh tokenizer, its cache empty, as a replay starts

@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from logstream.incidents import strip_label_column
+from logstream.evaluation.injection import strip_label_column
 from logstream.inputs import InputStats, read_sessions
 from logstream.normalize import Normalizer
 from logstream.tokenizer import LineTokenizer, train_tokenizer

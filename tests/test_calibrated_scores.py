@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from logstream.incidents import inject, inject_burst, strip_label_column
 
 from logstream.detector import Detector
-from logstream.incidents import inject, inject_burst, strip_label_column
 from logstream.inputs import parse_lines, streams_from_lines
 from logstream.records import LogRecord
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from logstream.scoring import DEFAULT_LINE_TOP_K, SESSION_LINE_TOP_K
+from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 ALWAYS_KEYS = {"lines", "streams", "anomalies", "threshold", "lines_per_second", "peak_cache_bytes"}
@@ -64,7 +64,6 @@ def test_train_writes_a_model_directory(cli_model: Path) -> None:
     assert (
         meta["calibration"]["line"]["samples"] > 0 and meta["calibration"]["config"]["false_alarm_rate"] > 0
     )
-    assert meta["calibration"]["config"]["line_unit"] == "word"  # the line score's top k counts words
 
 
 def test_replay_json_summary_with_labels(cli_model: Path, tmp_path: Path) -> None:
@@ -133,13 +132,13 @@ def test_sessions_score_the_mean_of_all_words_by_default(cli_model: Path, tmp_pa
 
     sessions = [{"session": f"s{i}", "lines": generate_lines(6, seed=i).lines} for i in range(40)]
     path = write_lines(tmp_path / "sessions.jsonl", [json.dumps(s) for s in sessions])
-    tiny = ("--preset", "tiny", "--window", "64", "--max-steps", "5", "--min-steps", "5")
-    for extra, want in (((), SESSION_LINE_TOP_K), (("--line-top-k", "5"), 5)):
+    tiny = ("--preset", "tiny", "--window", "64", "--max-steps", "5")
+    for extra, want in (((), SESSION_TOP_K), (("--line-top-k", "5"), 5)):
         out = tmp_path / f"model{len(extra)}"
         result = logstream("train", path, "--format", "sessions", "--out", out, *tiny, *extra)
         assert result.returncode == 0, result.stderr
         assert line_top_k(out) == want
-    assert line_top_k(cli_model) == DEFAULT_LINE_TOP_K != SESSION_LINE_TOP_K
+    assert line_top_k(cli_model) == LINE_TOP_K != SESSION_TOP_K
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -327,8 +326,8 @@ def test_replay_line_numbers_match_the_file_and_groups(cli_model: Path, tmp_path
 def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -> None:
     """A chunk with more than 5% of its items over the threshold gets a note on what that may be
     (Spark_2k's first chunk at stop 16, scored by the model of the second: 88 of 1,000, where the
-    threshold expects 0.3); a chunk with 14 of 1,000 gets none. The table shows each statistic's
-    raw threshold."""
+    threshold expects 0.3); a chunk with 14 of 1,000 gets none. The table shows each chunk's
+    surprisal threshold."""
     from dataclasses import replace
 
     from rich.console import Console
@@ -337,8 +336,8 @@ def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -
     from logstream.replay import ChunkModel, Columns, ReplayReport
 
     quiet = ChunkModel(first=1000, items=1000, train_lines=700, train_steps=200, window=128,
-                       threshold=3.5229, raw_threshold=8.0, anomalies=14, capped_raw_threshold=6.5)  # fmt: skip
-    shifted = replace(quiet, first=0, anomalies=88, capped_raw_threshold=None)
+                       threshold=3.5229, raw_threshold=8.0, anomalies=14)  # fmt: skip
+    shifted = replace(quiet, first=0, anomalies=88)
     report = ReplayReport(
         columns=Columns(), patterns=[], lines=2000, streams=1, threshold=3.5229, seconds=1.0,
         peak_cache_bytes=0, bad_input={}, unit="line", chunks=[shifted, quiet],
@@ -353,4 +352,4 @@ def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -
     )
     assert "an incident that large, or lines its model never learned" in notes[0]
     assert not quiet.alerts_beyond_chance and shifted.alerts_beyond_chance
-    assert any("8.00 / 6.50" in row for row in rows) and any(" 8.00 " in row for row in rows)
+    assert any(" 8.00 " in row for row in rows)

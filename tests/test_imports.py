@@ -12,7 +12,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts")
+PACKAGES = tuple(
+    ".".join(p.parent.relative_to(ROOT).parts) for p in sorted(ROOT.joinpath("logstream").rglob("__init__.py"))
+)
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
@@ -23,7 +25,8 @@ COMMANDS = {
 WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live"}
 CORE = {
     "logstream.records", "logstream.inputs", "logstream.detector", "logstream.engine",
-    "logstream.scoring", "logstream.normalize", "logstream.patterns", "logstream.tokenizer",
+    "logstream.scoring.scorer", "logstream.scoring.calibration", "logstream.scoring.tail",
+    "logstream.scoring.levels", "logstream.scoring.evidence", "logstream.scoring.config", "logstream.normalize", "logstream.patterns", "logstream.tokenizer",
     "logstream.model", "logstream.metadata", "logstream.event_time", "logstream.explain",
     "logstream.consumers.parse", "logstream.consumers.file", "logstream.alerts.context",
 }  # fmt: skip

@@ -20,7 +20,7 @@ from logstream.records import Stream
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
 from logstream.report import write_report
 from logstream.retrain import refresh_prompt
-from logstream.tail import MIN_SAMPLES
+from logstream.scoring.tail import MIN_SAMPLES
 from logstream.train import TrainConfig, save, train
 
 

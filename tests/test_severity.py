@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from logstream.severity import line_severity
 
 from logstream.scoring import Calibration, ScoringConfig
-from logstream.severity import line_severity
 
 
 @pytest.mark.parametrize(
