@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from logstream.audit import audit_files
 from logstream.errors import UserError
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
@@ -269,18 +270,25 @@ def line_at(path: Path, number: int) -> str:
 
 
 def audit_entries(audit_log: Path) -> Iterator[dict]:
-    """The serve audit log's entries, oldest first; a torn line (after a crash) is skipped."""
-    try:
-        with audit_log.open(encoding="utf-8", errors="replace") as f:
-            for text in f:
-                try:
-                    entry = json.loads(text)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(entry, dict):
-                    yield entry
-    except OSError as exc:
-        raise FeedbackError(f"audit log {audit_log}: cannot read: {exc.strerror}") from None
+    """The serve audit log's entries, oldest first: its rotated files (`audit_log.n` ...
+    `audit_log.1`), then `audit_log`; a torn line (after a crash) is skipped."""
+    files = audit_files(audit_log)
+    if not files:
+        raise FeedbackError(f"audit log {audit_log}: cannot read: No such file or directory")
+    for path in files:
+        try:
+            with path.open(encoding="utf-8", errors="replace") as f:
+                for text in f:
+                    try:
+                        entry = json.loads(text)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(entry, dict):
+                        yield entry
+        except FileNotFoundError:
+            continue  # serve rotated it on since the listing: a later read has its lines
+        except OSError as exc:
+            raise FeedbackError(f"audit log {path}: cannot read: {exc.strerror}") from None
 
 
 def audit_entry(audit_log: Path, location: str) -> dict[str, object]:

@@ -30,7 +30,6 @@ scored, commit, leave the group, all within `shutdown_grace_seconds`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -52,6 +51,7 @@ from logstream.alerts.config import load_config
 from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
+from logstream.audit import AuditLog
 from logstream.candidate import CandidateTrainer
 from logstream.changelog import Changelog, StreamBook
 from logstream.consumers.kafka import Batch, KafkaSource
@@ -102,44 +102,6 @@ SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
     "alerts": lambda settings: open_alert_sink(settings.routes),
     "jsonl": lambda settings: JsonlSink(settings.path),
 }
-
-
-class AuditLog:
-    """A JSON line per scored line, fsynced per batch: a backtest trail, an at-least-once proof."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
-
-    def write(self, scored: Sequence[ScoredLine], model: str = "", shadow: bool = False) -> None:
-        at = round(time.time(), 3)  # wall time, for `logstream models compare --since/--until`
-        for line in scored:
-            entry = {
-                "at": at,
-                "source": line.record.source,
-                "offset": line.record.offset,
-                "stream": line.record.stream,
-                "kind": line.kind,
-                "score": round(line.score, 4),  # -log10 p, the one unit
-                "surprisal": round(line.surprisal, 4),  # nats, the model alone
-                "anomaly": line.is_anomaly,
-                "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
-                "model": model,  # the version that scored it (`logstream models compare`)
-            }
-            if line.crash:
-                entry["crash"] = True  # unseen, and its words name a crash: the score holds +1.3
-            if line.follows:
-                entry["follows"] = True  # unseen, right after its source's alert: the score is that alert's
-            if line.suppressed:
-                entry["suppressed"] = True  # over the threshold, but its template was marked normal
-            if shadow:
-                entry["shadow"] = True  # a candidate's score: it never reached the sink
-            self._file.write(json.dumps(entry) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class Service:
@@ -518,7 +480,11 @@ async def serve(settings: ServeSettings) -> int:
     try:
         sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
         health.sink_healthy = sink.healthy
-        audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        audit = (
+            AuditLog(settings.audit_log, settings.audit_log_max_bytes, settings.audit_log_files)
+            if settings.audit_log
+            else None
+        )
         options = {
             "device": settings.model.device, "window": settings.model.window,
             "max_streams": settings.model.max_streams, "int8_ring": settings.model.int8_ring,

@@ -33,6 +33,7 @@ from pydantic_settings import (
 )
 
 from logstream.alerts.config import check_record_label
+from logstream.audit import FILES, MAX_BYTES
 from logstream.errors import UserError
 from logstream.regex import check_python_regex, compile_safe
 
@@ -328,6 +329,11 @@ class ServeSettings(BaseSettings):
     max_tracked_streams: int = Field(default=100_000, gt=0)
     # One JSON line per scored line (source, offset, stream, score), fsynced before commit.
     audit_log: Path | None = None
+    # The audit log rotates: a file is closed at this size (it becomes audit_log.1, the one
+    # before .2, ...) and at most audit_log_files are kept, the current one included, so it
+    # never holds more than their product (default 8 x 64 MiB = 512 MiB).
+    audit_log_max_bytes: int = Field(default=MAX_BYTES, gt=0)
+    audit_log_files: int = Field(default=FILES, gt=0)
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

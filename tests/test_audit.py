@@ -1,0 +1,64 @@
+"""serve's audit log on disk: rotation keeps it under its cap, readers see every kept file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from logstream.audit import AuditLog, audit_files
+from logstream.detector import ScoredLine
+from logstream.feedback import audit_entries
+from logstream.records import LogRecord
+
+LINE = "2026-11-02T09:00:00.000Z web-1 INFO sshd[812]: Accepted publickey for deploy from 10.0.0.7"
+
+
+def batch(first_offset: int, size: int) -> list[ScoredLine]:
+    """`size` scored lines of partition logs/0 at consecutive offsets."""
+    return [
+        ScoredLine(
+            record=LogRecord(LINE, "web-1", "logs/0", first_offset + i, source_kind="kafka"),
+            score=1.5,
+            raw=1.0,
+            surprisal=2.0,
+            threshold=4.0,
+            template="<TS> web-1 INFO <*>",
+        )
+        for i in range(size)
+    ]
+
+
+def write_batches(audit: AuditLog, batches: int, size: int) -> None:
+    for n in range(batches):
+        audit.write(batch(n * size, size), model="m@1")
+    audit.close()
+
+
+def test_rotation_keeps_the_audit_log_under_its_cap(tmp_path: Path) -> None:
+    """Batch after batch into a real file: never more than `files` files of at most
+    `max_bytes` each, however much was written."""
+    path = tmp_path / "audit.jsonl"
+    write_batches(AuditLog(path, max_bytes=4096, files=3), batches=200, size=5)
+    files = audit_files(path)
+    assert [f.name for f in files] == ["audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"]
+    assert max(f.stat().st_size for f in files) <= 4096
+    assert sum(f.stat().st_size for f in tmp_path.iterdir()) <= 3 * 4096
+
+
+def test_readers_take_the_rotated_files_oldest_first(tmp_path: Path) -> None:
+    """`audit_entries` (feedback --at, models compare) reads the kept files in write order:
+    the offsets it yields are the last ones written, consecutive, none twice."""
+    path = tmp_path / "audit.jsonl"
+    write_batches(AuditLog(path, max_bytes=4096, files=3), batches=200, size=5)
+    offsets = [entry["offset"] for entry in audit_entries(path)]
+    assert offsets == list(range(1000 - len(offsets), 1000))
+    assert len(offsets) > 4096 // len(json.dumps({"line": LINE}))  # more than the current file holds
+
+
+def test_fewer_files_kept_deletes_the_surplus_at_the_next_rotation(tmp_path: Path) -> None:
+    """Restarted with a smaller `files`, the audit log drops the numbered files past it the
+    first time it rotates, so the cap holds for the new setting."""
+    path = tmp_path / "audit.jsonl"
+    write_batches(AuditLog(path, max_bytes=2048, files=6), batches=60, size=5)
+    write_batches(AuditLog(path, max_bytes=2048, files=2), batches=10, size=5)
+    assert [f.name for f in audit_files(path)] == ["audit.jsonl.1", "audit.jsonl"]
