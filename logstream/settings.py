@@ -334,8 +334,25 @@ class ServeSettings(BaseSettings):
     # never holds more than their product (default 8 x 64 MiB = 512 MiB).
     audit_log_max_bytes: int = Field(default=MAX_BYTES, gt=0)
     audit_log_files: int = Field(default=FILES, gt=0)
+    # /healthz fails when the consumer holds partitions but no fetch completed for this long
+    # (a rebalance callback or the scorer stuck), so the liveness probe restarts the pod. A
+    # restore and the drain before a revoke hold fetching legitimately: keep it above
+    # state.restore_timeout_seconds and the time to score max_inflight_lines.
+    fetch_stall_seconds: float = Field(default=300.0, gt=0)
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _stall_outlasts_a_restore(self) -> ServeSettings:
+        if self.fetch_stall_seconds * 1000 <= self.kafka.fetch_timeout_ms:
+            raise ValueError(
+                "fetch_stall_seconds must exceed kafka.fetch_timeout_ms: one fetch waits that long"
+            )
+        if self.state.changelog_topic and self.fetch_stall_seconds <= self.state.restore_timeout_seconds:
+            raise ValueError(
+                "fetch_stall_seconds must exceed state.restore_timeout_seconds: a restore holds fetching that long"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
