@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logstream.audit import audit_files
 from logstream.errors import UserError
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
+from logstream.rotating import rotated_files
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group
@@ -272,7 +272,7 @@ def line_at(path: Path, number: int) -> str:
 def audit_entries(audit_log: Path) -> Iterator[dict]:
     """The serve audit log's entries, oldest first: its rotated files (`audit_log.n` ...
     `audit_log.1`), then `audit_log`; a torn line (after a crash) is skipped."""
-    files = audit_files(audit_log)
+    files = rotated_files(audit_log)
     if not files:
         raise FeedbackError(f"audit log {audit_log}: cannot read: No such file or directory")
     for path in files:

@@ -102,7 +102,7 @@ log = structlog.get_logger(__name__)
 # Sink kinds by name (settings `sink.kind`).
 SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
     "alerts": lambda settings: open_alert_sink(settings.routes),
-    "jsonl": lambda settings: JsonlSink(settings.path),
+    "jsonl": lambda settings: JsonlSink(settings.path, settings.max_bytes, settings.files),
 }
 
 

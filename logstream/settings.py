@@ -33,9 +33,9 @@ from pydantic_settings import (
 )
 
 from logstream.alerts.config import check_record_label
-from logstream.audit import FILES, MAX_BYTES
 from logstream.errors import UserError
 from logstream.regex import check_python_regex, compile_safe
+from logstream.rotating import FILES, MAX_BYTES
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
 
@@ -225,6 +225,9 @@ class SinkSettings(_Section):
 
     kind: Literal["alerts", "jsonl"] = "jsonl"
     path: Path = Path("anomalies.jsonl")
+    # kind jsonl: the file rotates at max_bytes (path.1, path.2, ...), at most `files` kept
+    max_bytes: int = Field(default=MAX_BYTES, gt=0)
+    files: int = Field(default=FILES, gt=0)
     routes: Path | None = None  # kind alerts: the routes file, e.g. configs/alerts.yaml
 
     @model_validator(mode="after")

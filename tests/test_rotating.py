@@ -1,14 +1,19 @@
-"""serve's audit log on disk: rotation keeps it under its cap, readers see every kept file."""
+"""serve's rotating files on disk (logstream/rotating.py): the audit log and the JSONL sink
+stay under their caps, and readers of the audit log see every kept file in order."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from logstream.audit import AuditLog, audit_files
+from alerts_support import anomaly
+
+from logstream.alerts.sink import JsonlSink
+from logstream.audit import AuditLog
 from logstream.detector import ScoredLine
 from logstream.feedback import audit_entries
 from logstream.records import LogRecord
+from logstream.rotating import rotated_files
 
 LINE = "2026-11-02T09:00:00.000Z web-1 INFO sshd[812]: Accepted publickey for deploy from 10.0.0.7"
 
@@ -39,7 +44,7 @@ def test_rotation_keeps_the_audit_log_under_its_cap(tmp_path: Path) -> None:
     `max_bytes` each, however much was written."""
     path = tmp_path / "audit.jsonl"
     write_batches(AuditLog(path, max_bytes=4096, files=3), batches=200, size=5)
-    files = audit_files(path)
+    files = rotated_files(path)
     assert [f.name for f in files] == ["audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"]
     assert max(f.stat().st_size for f in files) <= 4096
     assert sum(f.stat().st_size for f in tmp_path.iterdir()) <= 3 * 4096
@@ -61,4 +66,18 @@ def test_fewer_files_kept_deletes_the_surplus_at_the_next_rotation(tmp_path: Pat
     path = tmp_path / "audit.jsonl"
     write_batches(AuditLog(path, max_bytes=2048, files=6), batches=60, size=5)
     write_batches(AuditLog(path, max_bytes=2048, files=2), batches=10, size=5)
-    assert [f.name for f in audit_files(path)] == ["audit.jsonl.1", "audit.jsonl"]
+    assert [f.name for f in rotated_files(path)] == ["audit.jsonl.1", "audit.jsonl"]
+
+
+def test_jsonl_sink_rotates_under_its_cap(tmp_path: Path) -> None:
+    """The JSONL anomaly sink rotates like the audit log: `files` files at most, each within
+    `max_bytes`, the newest anomalies in the current file."""
+    path = tmp_path / "anomalies.jsonl"
+    sink = JsonlSink(path, max_bytes=8192, files=2)
+    for n in range(100):
+        sink.put([anomaly(line=f"ERROR disk /dev/sda1 failed ({n})")])
+    sink.close()
+    files = rotated_files(path)
+    assert [f.name for f in files] == ["anomalies.jsonl.1", "anomalies.jsonl"]
+    assert max(f.stat().st_size for f in files) <= 8192
+    assert json.loads(path.read_text().splitlines()[-1])["line"].endswith("(99)")
