@@ -429,7 +429,8 @@ class Service:
         """Fresh partitions start unpaused; their streams are restored from the changelog if
         there is one, else set up on their first line. Fetching resumes whatever this raised
         (aiokafka only logs a callback's exception: a partition kept and never fetched again)."""
-        self._holding = bool(assigned)
+        # the stall clock starts with the hand-over, however long the join before it took
+        self._holding, self._fetched_at = bool(assigned), time.monotonic()
         try:
             self._paused = False
             self.source.assigned(assigned)

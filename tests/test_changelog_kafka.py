@@ -216,6 +216,6 @@ def test_poisoned_changelog_records_start_their_streams_cold_and_never_stall_the
         for reason in ("token_ids", "offset")
     }
     assert serve.terminate() == 0
+    assert serve.audited() == {(f"{topic}/0", offset) for offset in range(len(messages))}
     assert failures == {"token_ids": 1, "offset": 1}
     assert restored(serve) == 0
-    assert serve.audited() == {(f"{topic}/0", offset) for offset in range(len(messages))}
