@@ -172,8 +172,8 @@ class StreamState:
             stream=stream,
             model=_field(header, "model", str),
             source=source,
-            offset=_count(header, "offset", MAX_OFFSET),
-            lines=_count(header, "lines", MAX_OFFSET),
+            offset=_count(header, "offset"),
+            lines=_count(header, "lines"),
             seen=float(seen),
             tokens=np.frombuffer(body, dtype=np.dtype(dtype)).astype(np.int64).tolist(),
             templates=templates,
@@ -199,10 +199,10 @@ def _field(header: dict[str, object], name: str, kind: type | tuple[type, ...]) 
     return value
 
 
-def _count(header: dict[str, object], name: str, most: int) -> int:
+def _count(header: dict[str, object], name: str) -> int:
     value = _field(header, name, int)
-    if not 0 <= value <= most:
-        raise BadRecord("undecodable", f"{name}: {value} is outside 0..{most}")
+    if not 0 <= value <= MAX_OFFSET:  # an int64, as Kafka's offsets
+        raise BadRecord("undecodable", f"{name}: {value} is outside 0..{MAX_OFFSET}")
     return int(value)
 
 
