@@ -6,8 +6,11 @@
 #   .tools/schemas/crds/<group>/<kind>_<v>.json   KEDA ScaledObject/TriggerAuthentication,
 #                                                 ServiceMonitor and PrometheusRule schemas,
 #                                                 converted from the CRD YAMLs in their Go modules
-# Only package registries are reachable, so nothing is fetched from anywhere else. Idempotent:
-# each piece carries a stamp with its version, and a second run with the same pins does nothing.
+# Only package registries are reachable, so nothing is fetched from anywhere else. Everything
+# fetched is checked against a hash pinned below: each Go module's h1: sum (the one
+# sum.golang.org records; a module's go.sum then pins its dependencies), the wheel's sha256
+# (pip --require-hashes). Idempotent: each piece carries a stamp with its version, and a
+# second run with the same pins does nothing.
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
@@ -16,6 +19,13 @@ KUBERNETES_VALIDATE_VERSION=1.37.0 # ships the schemas of Kubernetes 1.25 .. 1.3
 KUBERNETES_VERSION=v1.33.0         # tests/test_chart.py renders and validates for this version
 KEDA_VERSION=v2.21.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+# The hashes of what the pins above fetch. A new version needs its hash here: for a Go module,
+# `go mod download -json MODULE@VERSION` prints it as Sum; for the wheel, PyPI's file page.
+HELM_SUM=h1:n1if5iQgHYsujPAcO5oonH/KiSNUmqmUF0iGVjSF3AU=
+KUBECONFORM_SUM=h1:loDYd3a3spjIFrauqW67CDKF55Oo9R6uvC8AvpVd4ug=
+KEDA_SUM=h1:R6z2HZvstK4RLUMxroNACzBj74xGxt3kG59b5Xc+Xps=
+PROMETHEUS_OPERATOR_SUM=h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s=
+KUBERNETES_VALIDATE_SHA256=85136d018a27b50ec7fc049d902bfa5193f5976807e6c0f408e3ab6fe078cad9
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
@@ -24,10 +34,16 @@ PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 mkdir -p "$TOOLS/bin" "$STAMPS"
 
-# go_module FIELD MODULE@VERSION: fetch a module from the Go module proxy into the module cache
-# and print one field of `go mod download -json` (Dir: its source tree, GoMod: its go.mod).
+# go_module FIELD MODULE@VERSION SUM: fetch a module from the Go module proxy into the module
+# cache, fail unless its hash is SUM, and print one field of `go mod download -json` (Dir: its
+# source tree, GoMod: its go.mod).
 go_module() {
-    go mod download -json "$2" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+    go mod download -json "$2" | "$PYTHON" -c 'import json, sys
+field, name, pinned = sys.argv[1:]
+found = json.load(sys.stdin)
+if found.get("Sum") != pinned:
+    sys.exit("helm-tools: " + name + " has hash " + str(found.get("Sum")) + ", pinned " + pinned)
+print(found[field])' "$1" "$2" "$3"
 }
 
 # fresh NAME VERSION: true when the stamp of NAME already records VERSION.
@@ -39,7 +55,7 @@ if ! fresh helm "$HELM_VERSION+ldflags" || [ ! -x "$TOOLS/bin/helm" ]; then
     # The ldflags of helm's own Makefile: without them `helm version` is blank and helm assumes
     # Kubernetes 1.20 (too old for the chart's kubeVersion) where no --kube-version is given.
     # The Kubernetes version is the one of the client-go that this helm release builds with.
-    helm_mod="$(go_module GoMod "helm.sh/helm/v3@$HELM_VERSION")"
+    helm_mod="$(go_module GoMod "helm.sh/helm/v3@$HELM_VERSION" "$HELM_SUM")"
     k8s_minor="$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_mod")"
     [ -n "$k8s_minor" ] || { echo "helm-tools: no k8s.io/client-go in $helm_mod" >&2; exit 1; }
     GOBIN="$TOOLS/bin" go install -ldflags "-s -w \
@@ -54,6 +70,7 @@ fi
 
 if ! fresh kubeconform "$KUBECONFORM_VERSION+ldflags" || [ ! -x "$TOOLS/bin/kubeconform" ]; then
     echo "helm-tools: go install kubeconform $KUBECONFORM_VERSION"
+    go_module Dir "github.com/yannh/kubeconform@$KUBECONFORM_VERSION" "$KUBECONFORM_SUM" >/dev/null
     GOBIN="$TOOLS/bin" go install -ldflags "-s -w -X main.version=$KUBECONFORM_VERSION" \
         "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
     stamp kubeconform "$KUBECONFORM_VERSION+ldflags"
@@ -65,7 +82,10 @@ if ! fresh k8s-schemas "$K8S_PIN" || [ ! -f "$K8S_SCHEMAS/$KUBERNETES_VERSION-lo
     echo "helm-tools: Kubernetes $KUBERNETES_VERSION schemas from kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
-    "$PYTHON" -m pip download --quiet --no-deps --dest "$tmp" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    printf 'kubernetes-validate==%s --hash=sha256:%s\n' "$KUBERNETES_VALIDATE_VERSION" \
+        "$KUBERNETES_VALIDATE_SHA256" >"$tmp/requirements.txt"
+    "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+        --requirement "$tmp/requirements.txt" --dest "$tmp"
     folder="kubernetes_validate/kubernetes-json-schema/$KUBERNETES_VERSION-local-strict"
     "$PYTHON" -c 'import sys, zipfile
 wheel, folder, out = sys.argv[1:]
@@ -82,8 +102,9 @@ CRD_SCHEMAS="$TOOLS/schemas/crds"
 CRD_PIN="keda $KEDA_VERSION, prometheus-operator $PROMETHEUS_OPERATOR_VERSION (servicemonitors, prometheusrules)"
 if ! fresh crd-schemas "$CRD_PIN" || [ ! -d "$CRD_SCHEMAS" ]; then
     echo "helm-tools: CRD schemas from $CRD_PIN"
-    keda="$(go_module Dir "github.com/kedacore/keda/v2@$KEDA_VERSION")"
-    promop="$(go_module Dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
+    keda="$(go_module Dir "github.com/kedacore/keda/v2@$KEDA_VERSION" "$KEDA_SUM")"
+    promop="$(go_module Dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+        "$PROMETHEUS_OPERATOR_SUM")"
     rm -rf "$CRD_SCHEMAS"
     "$PYTHON" "$ROOT/helm/tools/kubeconform_schemas.py" crd "$CRD_SCHEMAS" \
         "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \

@@ -32,17 +32,29 @@ Writes happen before each commit, and serve commits at most every
 `state.changelog_interval_seconds` (and on revoke and shutdown): one record per stream
 scored since the last write, whatever its number of lines, taken on the scorer's worker
 thread between batches. Reads happen on partition assignment, before fetching resumes.
+
+Trust: a record is input like any other (another writer, a torn write, a forged value), and
+compaction keeps it for good. Every field is checked when it is read (`StreamState.decode`,
+`StreamState.check`): types and counts, token ids inside the model's vocabulary, and an
+offset no further than its input partition's end (a forged offset would otherwise make every
+later line of the stream look "already scored"). A stream whose record fails a check, or
+whose re-encoding fails, starts cold: counted in
+`logstream_changelog_restore_failures_total{reason}` and logged once per restore, never
+blocking its partition.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import structlog
@@ -51,7 +63,9 @@ from aiokafka.errors import KafkaError
 
 from logstream.consumers.kafka import client_options, ensure_topic
 from logstream.detector import Detector, ScoredLine
+from logstream.engine import StreamingEngine
 from logstream.metrics import (
+    CHANGELOG_RESTORE_FAILURES,
     CHANGELOG_SKIPPED_LINES,
     CHANGELOG_WRITES,
     COLD_LINES,
@@ -66,6 +80,27 @@ log = structlog.get_logger(__name__)
 MAGIC = b"LSC1"  # format version 1: MAGIC, u32 header length, JSON header, token bytes
 SPLIT_WARNINGS = 10  # split streams named in a warning each; further ones are only counted
 MAX_LEARNED = 16  # learned templates kept per stream
+TOKEN_DTYPES = ("<u2", "<i4")
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
+SOURCE = re.compile(r".+/\d{1,10}")  # topic/partition
+FAILURE_EXAMPLES = 5  # streams named in a restore failure's log line; the rest are counted
+
+
+class BadRecord(ValueError):
+    """A changelog record that is not restored; `reason` is its metric label: `undecodable`
+    (not a logstream record, or a field of the wrong type or range), `token_ids` (outside the
+    model's vocabulary), `offset` (beyond what its input partition holds)."""
+
+    def __init__(self, reason: str, problem: str) -> None:
+        super().__init__(f"changelog record {problem}")
+        self.reason = reason
+
+
+def restore_failed(reason: str, streams: int, **context: object) -> None:
+    """Streams that start cold instead of restored: counted by reason, logged once.
+    `reason` `read` (the topic could not be read) counts the failed read itself."""
+    CHANGELOG_RESTORE_FAILURES.labels(reason=reason).inc(max(streams, 1))
+    log.error("changelog_restore_failed", reason=reason, streams=streams, start="cold", **context)
 
 
 @dataclass
@@ -97,27 +132,94 @@ class StreamState:
 
     @classmethod
     def decode(cls, stream: str, value: bytes) -> StreamState:
-        """A record's state; ValueError naming what is wrong with a foreign or torn value."""
+        """A record's state, every field's type and range checked; BadRecord (a ValueError)
+        naming what is wrong with a foreign, torn or forged value. Token ids against the
+        vocabulary and the offset against the partition: `check`."""
         if value[:4] != MAGIC or len(value) < 8:
-            raise ValueError("not a logstream changelog record (magic)")
+            raise BadRecord("undecodable", "magic: not a logstream changelog record")
         (size,) = struct.unpack("<I", value[4:8])
+        if 8 + size > len(value):
+            raise BadRecord("undecodable", f"header: {size} bytes announced, {len(value) - 8} there")
         try:
             header = json.loads(value[8 : 8 + size])
-            if header["dtype"] not in ("<u2", "<i4"):
-                raise ValueError(f"token dtype {header['dtype']!r}")
-            tokens = np.frombuffer(value[8 + size :], dtype=np.dtype(header["dtype"]))
-            return cls(
-                stream=stream,
-                model=str(header["model"]),
-                source=str(header["source"]),
-                offset=int(header["offset"]),
-                lines=int(header["lines"]),
-                seen=float(header["seen"]),
-                tokens=tokens.astype(np.int64).tolist(),
-                learned=[str(t) for t in header["learned"]],
+        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a 5,000-digit number, nesting
+            raise BadRecord("undecodable", f"header: {type(exc).__name__}") from None
+        if not isinstance(header, dict):
+            raise BadRecord("undecodable", "header: not a JSON object")
+        dtype = header.get("dtype")
+        if dtype not in TOKEN_DTYPES:
+            raise BadRecord("undecodable", f"header: token dtype {dtype!r:.40}")
+        body = value[8 + size :]
+        if len(body) % np.dtype(dtype).itemsize:
+            raise BadRecord("undecodable", f"tokens: {len(body)} bytes is not a whole number of {dtype}")
+        source = _field(header, "source", str)
+        if not SOURCE.fullmatch(source):
+            raise BadRecord("undecodable", f"source: {source!r:.60} is not topic/partition")
+        learned = _field(header, "learned", list)
+        if len(learned) > MAX_LEARNED or not all(isinstance(t, str) for t in learned):
+            raise BadRecord("undecodable", f"learned: not a list of at most {MAX_LEARNED} texts")
+        seen = _field(header, "seen", (int, float))
+        if not (math.isfinite(seen) and seen >= 0):
+            raise BadRecord("undecodable", f"seen: {seen!r} is not a time")
+        return cls(
+            stream=stream,
+            model=_field(header, "model", str),
+            source=source,
+            offset=_count(header, "offset"),
+            lines=_count(header, "lines"),
+            seen=float(seen),
+            tokens=np.frombuffer(body, dtype=np.dtype(dtype)).astype(np.int64).tolist(),
+            learned=learned,
+        )
+
+    def check(self, vocab_size: int, partition_end: int) -> None:
+        """BadRecord unless every token id is one of the model's (`token_ids`: an id past
+        the embedding would raise inside the re-encoding) and the offset is within what its
+        partition holds (`offset`: the next owner skips the stream's lines below it)."""
+        if self.tokens and not 0 <= min(self.tokens) <= max(self.tokens) < vocab_size:
+            raise BadRecord(
+                "token_ids", f"token ids: {min(self.tokens)}..{max(self.tokens)} outside 0..{vocab_size - 1}"
             )
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
-            raise ValueError(f"changelog record header: {exc}") from None
+        if self.offset > partition_end:
+            raise BadRecord("offset", f"offset: {self.offset} is past {self.source}'s end {partition_end}")
+
+
+def _field(header: dict[str, object], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = header.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):  # JSON true is no count, no time
+        raise BadRecord("undecodable", f"{name}: wrong type ({type(value).__name__})")
+    return value
+
+
+def _count(header: dict[str, object], name: str) -> int:
+    value = _field(header, name, int)
+    if not 0 <= value <= MAX_OFFSET:  # an int64, as Kafka's offsets
+        raise BadRecord("undecodable", f"{name}: {value} is outside 0..{MAX_OFFSET}")
+    return int(value)
+
+
+def restorable(
+    latest: dict[str, bytes | None], sources: set[str], model_id: str, vocab_size: int, ends: dict[str, int]
+) -> tuple[list[StreamState], dict[str, list[str]]]:
+    """The latest records' states that this consumer may restore (of `sources`, by
+    `model_id`, passing `check` against `ends`: `topic/partition` -> end offset), and the
+    streams of those that failed, by reason. Tombstones, other partitions' streams and
+    another model's records are left out without a word: they are not ours to restore."""
+    states: list[StreamState] = []
+    failed: dict[str, list[str]] = defaultdict(list)
+    for stream, value in latest.items():
+        if value is None:
+            continue  # a tombstone: the stream was closed
+        try:
+            state = StreamState.decode(stream, value)
+            if state.source not in sources or state.model != model_id:
+                continue
+            state.check(vocab_size, ends[state.source])
+        except BadRecord as exc:
+            failed[exc.reason].append(stream)
+            continue
+        states.append(state)
+    return states, dict(failed)
 
 
 @dataclass
@@ -252,9 +354,11 @@ class StreamBook:
 
     def restore(self, detector: Detector, states: Sequence[StreamState]) -> int:
         """Set the given streams up (least recently seen first) unless what is held is as new;
-        returns how many were restored. Runs on the scorer's worker thread."""
+        returns how many were restored. A stream whose re-encoding fails starts cold (see
+        `_rebuild`). Runs on the scorer's worker thread."""
         fresh = [s for s in states if s.model == detector.model_id and not self._holds(s)]
-        for state in fresh:
+        rebuilt = _rebuild(detector.engine, fresh)
+        for state in rebuilt:
             for text in state.learned:
                 if detector.scorer.miner.match(text) is None:
                     detector.scorer.miner.add(text)
@@ -262,8 +366,7 @@ class StreamBook:
             self._entries[state.stream] = _Entry(state.source, state.offset, state.lines, state.seen, learned)
             self._entries.move_to_end(state.stream)
             self._restored[state.stream] = (state.source, state.offset)
-        detector.engine.rebuild({s.stream: s.tokens for s in fresh})
-        return len(fresh)
+        return len(rebuilt)
 
     def _holds(self, state: StreamState) -> bool:
         """This consumer already holds the stream as far as the record goes (it kept it)."""
@@ -282,9 +385,36 @@ class StreamBook:
         return len(gone)
 
 
-def _partition_of(source: str) -> int:
-    """`topic/partition` -> partition (a Kafka source always ends in its partition number)."""
-    return int(source.rsplit("/", 1)[1])
+def _rebuild(engine: StreamingEngine, states: Sequence[StreamState]) -> list[StreamState]:
+    """Re-encode the streams from their token ids; the states that made it. Should the
+    re-encoding of all at once raise (whatever the cause: it runs inside a rebalance, so
+    nothing may escape), each is tried alone, and one that fails again is dropped: it
+    starts cold, counted (`rebuild`), and costs the others nothing."""
+    try:
+        engine.rebuild({s.stream: s.tokens for s in states})
+        return list(states)
+    except Exception:  # retried one by one below, where a failure is reported
+        for state in states:
+            engine.drop(state.stream)
+    rebuilt, failed, error = [], [], ""
+    for state in states:
+        try:
+            engine.rebuild({state.stream: state.tokens})
+        except Exception as exc:  # this stream starts cold; reported below
+            engine.drop(state.stream)
+            failed.append(state.stream)
+            error = error or repr(exc)
+        else:
+            rebuilt.append(state)
+    if failed:
+        restore_failed("rebuild", len(failed), examples=failed[:FAILURE_EXAMPLES], error=error)
+    return rebuilt
+
+
+def _topic_partition(source: str) -> tuple[str, int]:
+    """`topic/partition` -> (topic, partition) (a Kafka source always ends in its partition number)."""
+    topic, partition = source.rsplit("/", 1)
+    return topic, int(partition)
 
 
 class Changelog:
@@ -320,7 +450,7 @@ class Changelog:
         await self._reader.stop()
 
     def _changelog_partition(self, source: str) -> int:
-        return _partition_of(source) % self.partitions
+        return _topic_partition(source)[1] % self.partitions
 
     async def write(self, states: Sequence[StreamState], closed: dict[str, str]) -> bool:
         """Send the states and tombstones; True once all are acknowledged. Never raises a Kafka
@@ -349,10 +479,11 @@ class Changelog:
         CHANGELOG_WRITES.labels(outcome="ok").inc(len(futures))
         return True
 
-    async def read(self, sources: set[str]) -> list[StreamState]:
+    async def read(self, sources: set[str], model_id: str, vocab_size: int) -> list[StreamState]:
         """The latest state of every stream whose last line came from one of `sources`
-        (`topic/partition`), least recently seen first; records of another model or that do
-        not decode are skipped (logged once per read)."""
+        (`topic/partition`) by `model_id`, least recently seen first. Records that fail their
+        checks (`StreamState.check` with `vocab_size` and the input partitions' end offsets)
+        are left out: their streams start cold, counted and logged once per reason."""
         tps = sorted({TopicPartition(self.topic, self._changelog_partition(s)) for s in sources})
         if not tps:
             return []
@@ -371,18 +502,10 @@ class Changelog:
                     if message.key is not None:
                         latest[message.key.decode("utf-8", "replace")] = message.value
             pending = {tp for tp in pending if await self._reader.position(tp) < ends[tp]}
-        states, bad = [], 0
-        for stream, value in latest.items():
-            if value is None:
-                continue  # a tombstone: the stream was closed
-            try:
-                state = StreamState.decode(stream, value)
-            except ValueError:
-                bad += 1
-                continue
-            if state.source in sources:
-                states.append(state)
-        if bad:
-            log.warning("changelog_records_undecodable", count=bad, topic=self.topic)
+        inputs = {TopicPartition(*_topic_partition(s)): s for s in sources}
+        ends = {inputs[tp]: end for tp, end in (await self._reader.end_offsets(list(inputs))).items()}
+        states, failed = restorable(latest, sources, model_id, vocab_size, ends)
+        for reason, streams in failed.items():
+            restore_failed(reason, len(streams), topic=self.topic, examples=streams[:FAILURE_EXAMPLES])
         states.sort(key=lambda s: s.seen)
         return states

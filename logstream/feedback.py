@@ -58,6 +58,7 @@ from logstream.errors import UserError
 from logstream.metrics import FEEDBACK_REFRESH_ERRORS, FEEDBACK_RULES
 from logstream.normalize import Normalizer
 from logstream.patterns import PatternMiner
+from logstream.rotating import rotated_files
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group
@@ -526,15 +527,23 @@ def template_of(line: str, normalizer: Normalizer) -> str:
 
 
 def audit_entries(audit_log: Path) -> Iterator[dict]:
-    """The serve audit log's entries, oldest first; a torn line (after a crash) is skipped."""
-    try:
-        with audit_log.open(encoding="utf-8", errors="replace") as f:
-            for text in f:
-                try:
-                    entry = json.loads(text)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(entry, dict):
-                    yield entry
-    except OSError as exc:
-        raise FeedbackError(f"audit log {audit_log}: cannot read: {exc.strerror}") from None
+    """The serve audit log's entries, oldest first: its rotated files (`audit_log.n` ...
+    `audit_log.1`), then `audit_log`; a torn line (after a crash) is skipped."""
+    files = rotated_files(audit_log)
+    if not files:
+        raise FeedbackError(f"audit log {audit_log}: cannot read: No such file or directory")
+    for path in files:
+        try:
+            with path.open(encoding="utf-8", errors="replace") as f:
+                for text in f:
+                    try:
+                        entry = json.loads(text)
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(entry, dict):
+                        yield entry
+        except FileNotFoundError:
+            continue  # serve rotated it on since the listing: a later read has its lines
+        except OSError as exc:
+            raise FeedbackError(f"audit log {path}: cannot read: {exc.strerror}") from None
+

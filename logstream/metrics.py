@@ -83,6 +83,14 @@ CHANGELOG_SKIPPED_LINES = Counter(
     "logstream_changelog_skipped_lines",
     "Re-delivered lines skipped: a restored state already covered them (scored, handed off).",
 )
+CHANGELOG_RESTORE_FAILURES = Counter(
+    "logstream_changelog_restore_failures",
+    "Streams that started cold because their changelog state could not be restored, by reason"
+    " (undecodable, token_ids, offset, rebuild: one per stream; read: one per unreadable restore).",
+    ["reason"],
+)
+for _reason in ("undecodable", "token_ids", "offset", "rebuild", "read"):
+    CHANGELOG_RESTORE_FAILURES.labels(reason=_reason)  # every reason exported from the start, at 0
 COLD_LINES = Counter(
     "logstream_cold_start_suppressed",
     "Anomalies held back by the cold-start policy (the stream had too little context).",
@@ -151,7 +159,8 @@ class Health:
     """What /healthz and /readyz report; the service flips these flags.
 
     `sink_healthy` asks the anomaly sink whether it still delivers (the alert
-    pipeline's delivery worker is up); it is called on every probe.
+    pipeline's delivery worker is up); `fetching` asks the consumer whether it fetched
+    lately, if it holds partitions. Both are called on every probe.
     """
 
     alive: bool = True
@@ -159,21 +168,30 @@ class Health:
     partitions_assigned: bool = False
     scoring: bool = True  # False once the scorer loop has ended for any reason
     sink_healthy: Callable[[], bool] = _always
+    fetching: Callable[[], bool] = _always
 
     @property
     def healthy(self) -> bool:
-        """Up, past model loading, scoring, and the sink delivering. Never looks at Kafka."""
-        return self.alive and self.model_loaded and self.scoring and self._sink_ok()
-
-    def _sink_ok(self) -> bool:
-        try:
-            return bool(self.sink_healthy())
-        except Exception:  # a probe must answer; a sink that cannot say is not healthy
-            return False
+        """Up, past model loading, scoring, the sink delivering, and partitions it holds being
+        fetched. Never asks the broker: a broker outage still completes (empty) fetches."""
+        return (
+            self.alive
+            and self.model_loaded
+            and self.scoring
+            and _says(self.sink_healthy)
+            and _says(self.fetching)
+        )
 
     @property
     def ready(self) -> bool:
         return self.healthy and self.partitions_assigned
+
+
+def _says(check: Callable[[], bool]) -> bool:
+    try:
+        return bool(check())
+    except Exception:  # a probe must answer; a part that cannot say is not healthy
+        return False
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -15,14 +15,16 @@ Memory: streams are tracked for `stream_idle_seconds` in an LRU of at most
 `max_tracked_streams` keys (one hostile producer can send a new key per line);
 a stream pushed out is forgotten, not closed.
 
-Health: /healthz fails once the scorer loop has ended or the sink reports
-that it no longer delivers (`sink.healthy()`), so a liveness probe restarts a
-pod that would otherwise commit offsets and alert nobody.
+Health: /healthz fails once the scorer loop has ended, the sink reports that it
+no longer delivers (`sink.healthy()`), or the consumer holds partitions but has not
+fetched for `fetch_stall_seconds` (a rebalance callback or the scorer stuck), so a
+liveness probe restarts a pod that would otherwise keep its partitions and score nothing.
 
 Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
-fetching resumes. With `state.changelog_topic`, streams' state is written before each
-commit and restored on assign before fetching (logstream/changelog.py); with
+fetching resumes, whatever the assignment's own work raised. With `state.changelog_topic`,
+streams' state is written before each commit and restored on assign before fetching
+(logstream/changelog.py; a stream whose restore fails starts cold); with
 `repartition.topic`, the scorer reads that topic (consumers/repartition.py). SIGTERM/SIGINT: stop fetching, finish the batch being
 scored, commit, leave the group, all within `shutdown_grace_seconds`.
 """
@@ -30,7 +32,6 @@ scored, commit, leave the group, all within `shutdown_grace_seconds`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -52,8 +53,9 @@ from logstream.alerts.config import load_config
 from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
+from logstream.audit import AuditLog
 from logstream.candidate import CandidateTrainer
-from logstream.changelog import Changelog, StreamBook
+from logstream.changelog import Changelog, StreamBook, restore_failed
 from logstream.consumers.kafka import Batch, KafkaSource
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.repartition import (
@@ -100,42 +102,8 @@ log = structlog.get_logger(__name__)
 # Sink kinds by name (settings `sink.kind`).
 SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
     "alerts": lambda settings: open_alert_sink(settings.routes),
-    "jsonl": lambda settings: JsonlSink(settings.path),
+    "jsonl": lambda settings: JsonlSink(settings.path, settings.max_bytes, settings.files),
 }
-
-
-class AuditLog:
-    """A JSON line per scored line, fsynced per batch: a backtest trail, an at-least-once proof."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
-
-    def write(self, scored: Sequence[ScoredLine], model: str = "", shadow: bool = False) -> None:
-        at = round(time.time(), 3)  # wall time, for `logstream models compare --since/--until`
-        for line in scored:
-            entry = {
-                "at": at,
-                "source": line.record.source,
-                "offset": line.record.offset,
-                "stream": line.record.stream,
-                "kind": line.kind,
-                "score": round(line.score, 4),  # -log10 p, the one unit
-                "surprisal": round(line.surprisal, 4),  # nats, the model alone
-                "anomaly": line.is_anomaly,
-                "template": line.template,  # what `logstream feedback --at topic/partition@offset` marks
-                "model": model,  # the version that scored it (`logstream models compare`)
-            }
-            if line.verdict is not None:
-                entry["verdict"] = line.verdict  # an operator's verdict on its template decided it
-            if shadow:
-                entry["shadow"] = True  # a candidate's score: it never reached the sink
-            self._file.write(json.dumps(entry) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class Service:
@@ -187,6 +155,11 @@ class Service:
         # can return their lines, which must not be scored before their state is back
         self._restored = asyncio.Event()
         self._restored.set()
+        # /healthz: partitions held (from an assignment's start to a revoke's end) and the
+        # last completed fetch; holding without fetching for fetch_stall_seconds is a stall
+        self._holding = False
+        self._fetched_at = time.monotonic()
+        health.fetching = self._fetching
 
     async def run(self, stop: asyncio.Event) -> bool:
         """Serve until `stop` is set; then shut down gracefully. False if the grace ran out."""
@@ -211,6 +184,12 @@ class Service:
         finally:
             self.health.alive = False
         return True
+
+    def _fetching(self) -> bool:
+        """False while partitions are held and no fetch completed for fetch_stall_seconds.
+        (Called from the HTTP thread: reads two plain attributes.)"""
+        stalled = time.monotonic() - self._fetched_at > self.settings.fetch_stall_seconds
+        return not (self._holding and stalled)
 
     def _scorer_ended(self, task: asyncio.Task[None]) -> None:
         """The scorer never ends on its own: whatever ended it, /healthz must say so."""
@@ -239,6 +218,7 @@ class Service:
         while True:
             await self._may_fetch.wait()
             batch = await self.source.fetch()
+            self._fetched_at = time.monotonic()
             if not batch.messages:
                 if self.changelog is not None and self._processed and self._queue.empty():
                     self._queue.put_nowait(batch)  # quiet: the scorer commits once it is due
@@ -418,12 +398,13 @@ class Service:
         dropped = await loop.run_in_executor(
             self._worker, self.book.forget_unassigned, self.detector, sources
         )
+        detector = self.detector
         try:
-            states = await self.changelog.read(sources)
-        except KafkaError as exc:
-            log.error("changelog_restore_failed", streams="start cold", error=str(exc))
+            states = await self.changelog.read(sources, detector.model_id, detector.engine.vocab_size)
+        except Exception as exc:  # the topic unreadable, past restore_timeout_seconds, anything
+            restore_failed("read", 0, partitions=sorted(sources), error=str(exc) or repr(exc))
             return
-        restored = await loop.run_in_executor(self._worker, self.book.restore, self.detector, states)
+        restored = await loop.run_in_executor(self._worker, self.book.restore, detector, states)
         if self.settings.stream_idle_seconds is not None:
             now = time.monotonic()
             for state in states:
@@ -443,33 +424,37 @@ class Service:
         await self._commit()
         self._processed = {tp: o for tp, o in self._processed.items() if tp not in revoked}
         self.health.partitions_assigned = False
+        self._holding = False
         log.info("partitions_revoked", partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Fresh partitions start unpaused; their streams are restored from the changelog if
-        there is one, else set up on their first line."""
-        self._paused = False
-        self.source.assigned(assigned)
-        if self.changelog is not None:
-            self._restored.clear()
-            try:
+        there is one, else set up on their first line. Fetching resumes whatever this raised
+        (aiokafka only logs a callback's exception: a partition kept and never fetched again)."""
+        # the stall clock starts with the hand-over, however long the join before it took
+        self._holding, self._fetched_at = bool(assigned), time.monotonic()
+        try:
+            self._paused = False
+            self.source.assigned(assigned)
+            if self.changelog is not None:
+                self._restored.clear()
                 await self._restore(assigned)
-            finally:
-                self._restored.set()
-        else:  # streams that moved away: if they came back, a stale cache and line count here
-            # would score them against an old context, and keep the cold-start policy off
-            sources = {f"{tp.topic}/{tp.partition}" for tp in assigned}
-            await asyncio.get_running_loop().run_in_executor(
-                self._worker, self.book.forget_unassigned, self.detector, sources
+            else:  # streams that moved away: if they came back, a stale cache and line count here
+                # would score them against an old context, and keep the cold-start policy off
+                sources = {f"{tp.topic}/{tp.partition}" for tp in assigned}
+                await asyncio.get_running_loop().run_in_executor(
+                    self._worker, self.book.forget_unassigned, self.detector, sources
+                )
+            PAUSED_PARTITIONS.set(0)
+            ASSIGNED_PARTITIONS.set(len(assigned))
+            log.info(
+                "partitions_assigned",
+                partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
             )
-        PAUSED_PARTITIONS.set(0)
-        ASSIGNED_PARTITIONS.set(len(assigned))
-        self.health.partitions_assigned = bool(assigned)
-        self._may_fetch.set()
-        log.info(
-            "partitions_assigned",
-            partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned),
-        )
+        finally:
+            self._restored.set()
+            self.health.partitions_assigned = bool(assigned)
+            self._may_fetch.set()
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -517,7 +502,11 @@ async def serve(settings: ServeSettings) -> int:
     try:
         sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
         health.sink_healthy = sink.healthy
-        audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        audit = (
+            AuditLog(settings.audit_log, settings.audit_log_max_bytes, settings.audit_log_files)
+            if settings.audit_log
+            else None
+        )
         options = {
             "device": settings.model.device, "window": settings.model.window,
             "max_streams": settings.model.max_streams, "int8_ring": settings.model.int8_ring,

@@ -35,6 +35,7 @@ from pydantic_settings import (
 from logstream.alerts.config import check_record_label
 from logstream.errors import UserError
 from logstream.regex import check_python_regex, compile_safe
+from logstream.rotating import FILES, MAX_BYTES
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("logstream_settings_yaml", default=None)
 
@@ -224,6 +225,9 @@ class SinkSettings(_Section):
 
     kind: Literal["alerts", "jsonl"] = "jsonl"
     path: Path = Path("anomalies.jsonl")
+    # kind jsonl: the file rotates at max_bytes (path.1, path.2, ...), at most `files` kept
+    max_bytes: int = Field(default=MAX_BYTES, gt=0)
+    files: int = Field(default=FILES, gt=0)
     routes: Path | None = None  # kind alerts: the routes file, e.g. configs/alerts.yaml
 
     @model_validator(mode="after")
@@ -340,6 +344,16 @@ class ServeSettings(BaseSettings):
     max_tracked_streams: int = Field(default=100_000, gt=0)
     # One JSON line per scored line (source, offset, stream, score), fsynced before commit.
     audit_log: Path | None = None
+    # The audit log rotates: a file is closed at this size (it becomes audit_log.1, the one
+    # before .2, ...) and at most audit_log_files are kept, the current one included, so it
+    # never holds more than their product (default 8 x 64 MiB = 512 MiB).
+    audit_log_max_bytes: int = Field(default=MAX_BYTES, gt=0)
+    audit_log_files: int = Field(default=FILES, gt=0)
+    # /healthz fails when the consumer holds partitions but no fetch completed for this long
+    # (a rebalance callback or the scorer stuck), so the liveness probe restarts the pod. A
+    # restore and the drain before a revoke hold fetching legitimately: keep it above
+    # state.restore_timeout_seconds and the time to score max_inflight_lines.
+    fetch_stall_seconds: float = Field(default=300.0, gt=0)
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -347,6 +361,18 @@ class ServeSettings(BaseSettings):
     def _ports_differ(self) -> ServeSettings:
         if self.feedback.port == self.http.port and self.feedback.port:
             raise ValueError("feedback.port must differ from http.port (feedback has a port of its own)")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_outlasts_a_restore(self) -> ServeSettings:
+        if self.fetch_stall_seconds * 1000 <= self.kafka.fetch_timeout_ms:
+            raise ValueError(
+                "fetch_stall_seconds must exceed kafka.fetch_timeout_ms: one fetch waits that long"
+            )
+        if self.state.changelog_topic and self.fetch_stall_seconds <= self.state.restore_timeout_seconds:
+            raise ValueError(
+                "fetch_stall_seconds must exceed state.restore_timeout_seconds: a restore holds fetching that long"
+            )
         return self
 
     @classmethod

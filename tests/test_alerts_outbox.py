@@ -1,10 +1,13 @@
-"""The outbox's promises: durable on `put`, stable keys across restarts, in-order per incident."""
+"""The outbox's promises: durable on `put`, stable keys across restarts, in-order per incident,
+bounded by its retention periods, fingerprints found through an index."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from alerts_support import FakeClock, anomaly, template_label, webhook, write_ro
 from http_receivers import Action, Received, Receiver, Reply
 
 from logstream.alerts.config import load_config
-from logstream.alerts.outbox import Outbox, OutboxError, idempotency_key
+from logstream.alerts.outbox import Delivery, Outbox, OutboxError, Outcome, find_incident, idempotency_key
 from logstream.alerts.pipeline import drain
 
 PUT_THEN_DIE = """
@@ -151,3 +154,117 @@ def test_locked_outbox_put_raises_outbox_error(tmp_path: Path) -> None:
         holder.close()
     outbox.put([anomaly()])  # usable again once the lock is gone
     assert len(outbox.flush()) == 1
+
+
+def _settle_delivered(outbox: Outbox, now: float, keep_pending: Callable[[Delivery], bool]) -> None:
+    """Mark every due delivery delivered at `now` (as a 2xx would), except `keep_pending` ones."""
+    due = [d for d in outbox.claim(now, 100) if not keep_pending(d)]
+    outbox.settle([Outcome(d, "delivered", now, started_at=now) for d in due])
+
+
+def _group_templates(path: Path) -> set[str]:
+    db = sqlite3.connect(path)
+    try:
+        return {json.loads(data)["labels"]["template"] for (data,) in db.execute("SELECT data FROM groups")}
+    finally:
+        db.close()
+
+
+def test_prune_removes_old_resolved_groups_but_never_open_or_undelivered_ones(tmp_path: Path) -> None:
+    """After `resolved_retention`, prune deletes a resolved group whose deliveries are all
+    gone; it keeps a group that still fires (however old its first anomaly) and a resolved one
+    whose resolve notification is still pending."""
+    clock = FakeClock()
+    delivery = {"retention": "1h", "resolved_retention": "1h"}
+    config = load_config(write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], delivery=delivery))
+    outbox = Outbox(config.delivery.outbox, config, clock=clock)
+    outbox.put([anomaly(template_id=i) for i in (1, 2, 3)])  # 1 resolves; 2 fires on; 3 resolves
+    outbox.flush()
+    _settle_delivered(outbox, clock.now, lambda d: False)
+    for _ in range(6):  # three hours: template 2 every half hour, 1 and 3 resolve after 10 min
+        clock.advance(1800)
+        outbox.put([anomaly(template_id=2)])
+        outbox.flush()
+        _settle_delivered(outbox, clock.now, lambda d: d.alert.labels["template"] == template_label(3))
+    assert outbox.prune(clock.now) > 0
+    assert _group_templates(tmp_path / "outbox.sqlite") == {template_label(2), template_label(3)}
+
+
+def test_group_opened_again_after_pruning_gets_a_dedup_key_never_used(tmp_path: Path) -> None:
+    """A key whose resolved group was pruned opens a new group on its next anomaly, with a
+    dedup key (and so idempotency keys) that its pruned incidents never had."""
+    clock = FakeClock()
+    delivery = {"retention": "1h", "resolved_retention": "1h"}
+    config = load_config(write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], delivery=delivery))
+    outbox = Outbox(config.delivery.outbox, config, clock=clock)
+    keys = []
+    for _ in range(2):  # two incidents of one key, each notified, resolved and delivered
+        outbox.put([anomaly()])
+        keys.extend(a.dedup_key for a in outbox.flush())
+        _settle_delivered(outbox, clock.now, lambda d: False)
+        clock.advance(3600)
+        outbox.flush()
+        _settle_delivered(outbox, clock.now, lambda d: False)
+    clock.advance(7200)
+    outbox.prune(clock.now)
+    assert _rows(tmp_path / "outbox.sqlite", "SELECT COUNT(*) FROM groups") == 0
+    outbox.put([anomaly()])
+    [again] = outbox.flush()
+    assert len(set(keys)) == 2 and again.dedup_key not in keys
+
+
+def _incident_query_plans(outbox_path: Path, dedup_key: str) -> list[str]:
+    """What SQLite does for each lookup (a SELECT with a WHERE) that `find_incident` runs on
+    the groups table; a scan of every row has no WHERE and is listed, as [], by its absence."""
+    db = sqlite3.connect(outbox_path, isolation_level=None)
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    try:
+        assert find_incident(db, dedup_key) is not None
+        db.set_trace_callback(None)
+        lookups = [s for s in statements if s.startswith("SELECT") and "FROM groups WHERE" in s]
+        return [" ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {s}")) for s in lookups]
+    finally:
+        db.close()
+
+
+def test_fingerprint_lookup_reads_the_groups_index_not_every_row(tmp_path: Path) -> None:
+    """`find_incident` (behind `logstream feedback --fingerprint`) finds a group among many
+    through the index on dedup keys: SQLite's plan searches it, it scans no table."""
+    config = load_config(write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")]))
+    outbox = Outbox(config.delivery.outbox, config)
+    outbox.put([anomaly(template_id=i) for i in range(200)])
+    wanted = outbox.flush()[137].dedup_key
+    outbox.close()
+    plans = _incident_query_plans(tmp_path / "outbox.sqlite", wanted)
+    assert plans and all("USING INDEX groups_incident" in p and "SCAN" not in p for p in plans), plans
+
+
+def test_outbox_of_an_older_release_gets_the_index_and_keeps_its_groups(tmp_path: Path) -> None:
+    """An outbox written before groups had their dedup key and last-seen columns: the
+    fingerprint lookup (feedback's own connection) adds them, filled from each row, and the
+    index, and finds the incident; the outbox then prunes it like any other."""
+    clock = FakeClock()
+    delivery = {"retention": "1h", "resolved_retention": "1h"}
+    config = load_config(write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], delivery=delivery))
+    outbox = Outbox(config.delivery.outbox, config, clock=clock)
+    outbox.put([anomaly()])
+    [alert] = outbox.flush()
+    _settle_delivered(outbox, clock.now, lambda d: False)
+    outbox.close()
+    old = sqlite3.connect(tmp_path / "outbox.sqlite", isolation_level=None)
+    for statement in (
+        "DROP INDEX groups_incident", "DROP INDEX groups_resolved",
+        "ALTER TABLE groups DROP COLUMN dedup_key", "ALTER TABLE groups DROP COLUMN last_seen",
+    ):  # fmt: skip
+        old.execute(statement)
+    old.close()
+    plans = _incident_query_plans(tmp_path / "outbox.sqlite", alert.dedup_key)
+    assert plans and all("USING INDEX groups_incident" in p for p in plans), plans
+    reopened = Outbox(config.delivery.outbox, config, clock=clock)
+    clock.advance(3600)
+    reopened.flush()  # resolved
+    _settle_delivered(reopened, clock.now, lambda d: False)
+    clock.advance(7200)
+    reopened.prune(clock.now)
+    assert _rows(tmp_path / "outbox.sqlite", "SELECT COUNT(*) FROM groups") == 0

@@ -1,5 +1,6 @@
 """The changelog on a real broker: a moved stream resumes with its context after a
-rebalance, and the changelog survives a kill -9, never behind the committed offsets."""
+rebalance, the changelog survives a kill -9, never behind the committed offsets, and a
+poisoned record starts its stream cold without stalling the partition."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
-from kafka_broker import KafkaBroker, committed_offsets, end_offsets, produce
+from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, produce
 from test_changelog import RESTORE_TOLERANCE
 from test_kafka_serve import Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
 
 from logstream.changelog import StreamState
+from logstream.detector import Detector
 
 pytestmark = pytest.mark.kafka
 
@@ -32,9 +34,10 @@ def produce_split(broker: KafkaBroker, topic: str, messages: list[tuple[bytes, b
 
 
 def scores(serve: Serve) -> dict[tuple[int, int], float]:
-    """(partition, offset) -> score of each line in the serve's audit log."""
+    """(partition, offset) -> surprisal of each line in the serve's audit log (the model's part
+    of its score: what the restored context decides)."""
     return {
-        (int(e["source"].rsplit("/", 1)[1]), e["offset"]): e["score"]
+        (int(e["source"].rsplit("/", 1)[1]), e["offset"]): e["surprisal"]
         for e in read_jsonl(serve.audit)
         if e["kind"] == "line"
     }
@@ -181,3 +184,39 @@ def test_changelog_survives_kill_9_and_is_never_behind_the_committed_offsets(
     assert restored(serve) >= len(states)
     ends = asyncio.run(end_offsets(kafka_broker.bootstrap, topic, range(2)))
     assert {(f"{topic}/{p}", o) for p, end in ends.items() for o in range(end)} == serve.audited()
+
+
+def test_poisoned_changelog_records_start_their_streams_cold_and_never_stall_the_partition(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """The changelog holds, for two streams of the partition, records of this very model that
+    are forged: token ids past the vocabulary (which broke the re-encoding inside the
+    rebalance callback) and an offset of 2**62 (which made every later line of its stream look
+    already scored). Serve counts both by reason, starts those streams cold, and fetches and
+    scores every line of the partition."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    changelog = f"{topic}-changelog"
+    asyncio.run(create_topic(kafka_broker.bootstrap, changelog, 1))
+    messages = normal_lines(120, seed=33)
+    first, second = sorted({key.decode() for key, _ in messages})[:2]
+    detector = Detector.load(synthetic_model_dir)
+    past_vocabulary = StreamState(
+        first, detector.model_id, f"{topic}/0", 1, 1, 1.0, [5, detector.engine.vocab_size + 7]
+    )
+    past_the_end = StreamState(second, detector.model_id, f"{topic}/0", 2**62, 1, 1.0, [5, 6])
+    poison = [(s.stream.encode(), s.encode()) for s in (past_vocabulary, past_the_end)]
+    asyncio.run(produce(kafka_broker.bootstrap, changelog, poison, partition=0))
+    asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(
+        tmp_path, kafka_broker, synthetic_model_dir, topic, group, state={"changelog_topic": changelog}
+    )
+    serve.start()
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "every line committed")
+    failures = {
+        reason: serve.metric("logstream_changelog_restore_failures_total", reason=reason)
+        for reason in ("token_ids", "offset")
+    }
+    assert serve.terminate() == 0
+    assert serve.audited() == {(f"{topic}/0", offset) for offset in range(len(messages))}
+    assert failures == {"token_ids": 1, "offset": 1}
+    assert restored(serve) == 0

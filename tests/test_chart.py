@@ -626,6 +626,43 @@ def test_statefulset_keeps_the_outbox_on_a_claim_per_pod(helm: str) -> None:
     }
 
 
+# What the state volume holds besides the audit log and the anomalies file, whose caps come
+# from the rendered config (docs/serve.md "Files and disk"): the alert outbox at 1,000
+# incidents a day (it replaces the anomalies file with sink kind alerts), and the feedback
+# database with SQLite's WAL files.
+OUTBOX_BUDGET = 256 * 2**20
+FEEDBACK_BUDGET = 64 * 2**20
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes binary quantity ("2Gi", "512Mi") in bytes."""
+    match = re.fullmatch(r"(\d+)([KMGT]i)?", quantity)
+    assert match, quantity
+    return int(match[1]) * 1024 ** ("KMGT".index(match[2][0]) + 1 if match[2] else 0)
+
+
+def test_state_volume_holds_every_capped_file(
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The default state volume (the emptyDir's sizeLimit, and the claim with persistence)
+    holds the audit log and the anomalies file at the caps the rendered config sets, plus the
+    outbox and feedback budgets: the pod is never evicted for filling its emptyDir."""
+    audited = ["config.serve.audit_log=audit.jsonl"]
+    objects = render(helm, sets=audited)
+    config = tmp_path / "serve.yaml"
+    config.write_text(config_map(objects)["data"]["serve.yaml"], encoding="utf-8")
+    settings = load_settings(config)
+    sink = settings.sink.max_bytes * settings.sink.files
+    need = (
+        settings.audit_log_max_bytes * settings.audit_log_files + max(sink, OUTBOX_BUDGET) + FEEDBACK_BUDGET
+    )
+    volumes = {v["name"]: v for v in workload(objects)["spec"]["template"]["spec"]["volumes"]}
+    persistent = workload(render(helm, sets=[*audited, "state.persistence.enabled=true"]))
+    [claim] = persistent["spec"]["volumeClaimTemplates"]
+    assert _bytes(volumes["state"]["emptyDir"]["sizeLimit"]) >= need
+    assert _bytes(claim["spec"]["resources"]["requests"]["storage"]) >= need
+
+
 def test_statefulset_pods_match_the_deployment_pods(helm: str) -> None:
     """Switching to the StatefulSet changes only where the state lives, not the pod."""
     deployment = one(render(helm), "Deployment")["spec"]["template"]
@@ -1050,6 +1087,89 @@ def test_dockerfile_is_multistage_non_root_serve_image(helm: str, flavor: str) -
     assert 'ENTRYPOINT ["logstream", "serve"]' in runtime
     args = container(render(helm))["args"]
     assert f"CMD {json.dumps(args)}" in runtime
+
+
+DOCKER = REPO / "helm" / "docker"
+COMPILERS = re.compile(r"\b(gcc|g\+\+|cc|clang|build-essential|libc6-dev)\b")
+
+
+def _digest_check(flavor: str) -> str:
+    """The build stage's shell check that refuses a base image without a digest."""
+    [check] = [line for line in _dockerfile_stages(DOCKER / f"Dockerfile.{flavor}")[0] if "@sha256:" in line]
+    assert check.startswith("RUN ")
+    return check.removeprefix("RUN ")
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+@pytest.mark.parametrize(
+    ("image", "accepted"),
+    [
+        ("python:3.11-slim-bookworm", False),
+        ("registry.example/python:3.11-slim-bookworm", False),
+        ("python:3.11-slim-bookworm@sha256:" + "0" * 64, True),
+    ],
+)
+def test_base_image_must_be_pinned_by_digest(flavor: str, image: str, accepted: bool) -> None:
+    """Every stage starts FROM the PYTHON_IMAGE argument, and the build stage's first step
+    (run here with sh, as the build would) fails for a reference without `@sha256:`."""
+    stages = _dockerfile_stages(DOCKER / f"Dockerfile.{flavor}")
+    assert {stage[0].split()[1] for stage in stages} == {"${PYTHON_IMAGE}"}
+    done = subprocess.run(
+        ["sh", "-c", _digest_check(flavor)],
+        env={"PYTHON_IMAGE": image},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode == 0) == accepted, done.stderr
+    assert accepted or "pin it as NAME:TAG@sha256:" in done.stderr
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_runtime_image_has_no_compiler(flavor: str) -> None:
+    """The runtime stage installs no package (so no compiler) and copies what the build stage
+    made; only the build stage may name a compiler."""
+    runtime = _dockerfile_stages(DOCKER / f"Dockerfile.{flavor}")[-1]
+    assert not [line for line in runtime if "apt-get" in line or "apk " in line or COMPILERS.search(line)]
+    assert any(line.startswith("COPY --from=build /opt/logstream ") for line in runtime)
+
+
+def test_cuda_runtime_reads_tritons_driver_module_from_the_seed() -> None:
+    """The CUDA image's runtime points Triton at the seeded cache with the build stage's
+    TRITON_LIBCUDA_PATH (part of the seed's key), and copies the seed."""
+    build, runtime = _dockerfile_stages(DOCKER / "Dockerfile.cuda")
+    env = " ".join(line for line in runtime if line.startswith("ENV "))
+    assert "TRITON_CACHE_MANAGER=triton_seed:SeededCacheManager" in env
+    assert "TRITON_LIBCUDA_PATH=/opt/triton-libcuda" in env
+    assert any("TRITON_LIBCUDA_PATH=/opt/triton-libcuda" in line for line in build if line.startswith("ENV "))
+    assert "COPY --from=build /opt/triton-seed /opt/triton-seed" in runtime
+
+
+def test_triton_driver_module_is_found_without_a_compiler(tmp_path: Path) -> None:
+    """helm/docker/triton_seed.py with this machine's Triton: the driver module compiled into
+    a seed (against a stub libcuda.so.1, as the build stage does) is found by a process that
+    has no compiler (CC=/bin/false) through SeededCacheManager; without it, that process
+    would have to compile."""
+    if shutil.which("gcc") is None:
+        _missing("gcc is", "apt-get install gcc")
+    pytest.importorskip("triton.backends.nvidia.driver")
+    stub = tmp_path / "libcuda"
+    stub.mkdir()
+    (tmp_path / "stub.c").write_text("void logstream_libcuda_stub(void) {}\n")
+    gcc = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1")]
+    subprocess.run([*gcc, str(tmp_path / "stub.c")], check=True, timeout=TIMEOUT_S)
+    env = {**os.environ, "PYTHONPATH": str(DOCKER), "TRITON_LIBCUDA_PATH": str(stub)}
+    env["TRITON_SEED_DIR"] = str(tmp_path / "seed")
+
+    def seed(command: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, "-m", "triton_seed", command]
+        return subprocess.run(args, env={**env, **extra}, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+    assert seed("seed", TRITON_CACHE_DIR=str(tmp_path / "seed")).returncode == 0
+    runtime = {"CC": "/bin/false", "TRITON_CACHE_DIR": str(tmp_path / "runtime")}
+    found = seed("check", TRITON_CACHE_MANAGER="triton_seed:SeededCacheManager", **runtime)
+    assert found.returncode == 0, found.stderr
+    assert seed("check", **runtime).returncode != 0  # no seed lookup: it tries the (missing) compiler
 
 
 # --- Grafana dashboard (templates/grafana-dashboard.yaml, files/grafana-dashboard.json) ---------

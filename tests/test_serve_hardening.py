@@ -4,24 +4,31 @@ Poison messages (JSON nested past the recursion limit, a line that makes a
 backtracking regex hang), a dead-letter topic that refuses copies, and a
 flood of distinct stream keys: serve keeps consuming, never commits past a
 message it could not keep, and its memory for streams stays capped. /healthz
-fails when scoring or delivery is dead.
+fails when scoring or delivery is dead, or partitions are held and not fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import sqlite3
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from alerts_support import webhook, write_routes
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port, produce
-from test_kafka_serve import WAIT_S, Serve, fully_committed, new_topic, normal_lines, wait_for
+from test_kafka_serve import ODD_LINE, WAIT_S, Serve, fully_committed, new_topic, normal_lines, wait_for
 
+from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import JsonlSink
 from logstream.detector import Detector
 from logstream.metrics import Health, serve_http
@@ -161,11 +168,15 @@ def test_stream_tracker_is_capped_and_counts_evictions(
 def _healthz(health: Health) -> int:
     server = serve_http("127.0.0.1", free_port(), health)
     try:
-        host, port = server.server_address[:2]
-        return httpx.get(f"http://{host}:{port}/healthz", timeout=10.0).status_code
+        return _probe(server)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _probe(server: Any) -> int:
+    host, port = server.server_address[:2]
+    return httpx.get(f"http://{host}:{port}/healthz", timeout=10.0).status_code
 
 
 def test_healthz_is_200_while_scoring_and_the_sink_delivers() -> None:
@@ -222,3 +233,74 @@ def test_healthz_turns_503_when_the_scorer_loop_dies(
     assert health.scoring is False
     assert not health.healthy
     assert asyncio.run(committed_offsets(kafka_broker.bootstrap, group)).get((topic, 0), 0) == 0
+
+
+async def _until(condition: Callable[[], Any], what: str) -> None:
+    """Poll `condition` (a plain or an async one; bounded by WAIT_S) while the event loop
+    runs the service."""
+    deadline = time.monotonic() + WAIT_S
+    while not (await value if inspect.isawaitable(value := condition()) else value):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {WAIT_S:.0f}s waiting for {what}")
+        await asyncio.sleep(0.25)
+
+
+@pytest.mark.kafka
+def test_healthz_fails_while_partitions_are_held_and_not_fetched(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """A stalled consumer: its scorer waits on an alert outbox that another connection holds
+    locked, then a rebalance waits for the scorer to drain, so the consumer keeps its
+    partition and fetches nothing. /healthz turns 503 once no fetch completed for
+    fetch_stall_seconds (the liveness probe would restart the pod), and 200 again when
+    the lock is gone and the rebalance ends."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    routes = write_routes(tmp_path, [webhook("team", "http://127.0.0.1:9")], delivery={"lock_timeout": "10m"})
+    settings = ServeSettings(
+        model={"dir": synthetic_model_dir, "threads": 1},
+        kafka={
+            "bootstrap_servers": kafka_broker.bootstrap, "topics": [topic], "group_id": group,
+            "session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000,
+        },
+        sink={"kind": "alerts", "routes": routes},
+        fetch_stall_seconds=2,
+    )  # fmt: skip
+    health = Health(model_loaded=True)
+    sink = open_alert_sink(routes, deliver=False)
+    server = serve_http("127.0.0.1", free_port(), health)
+    holder = sqlite3.connect(tmp_path / "outbox.sqlite", isolation_level=None, timeout=60)
+
+    async def stall_and_recover() -> None:
+        service = Service(settings, Detector.load(synthetic_model_dir), sink, health)
+        stop = asyncio.Event()
+        running = asyncio.create_task(service.run(stop))
+        await _until(lambda: health.ready, "partitions assigned")
+        assert _probe(server) == 200
+        holder.execute("BEGIN IMMEDIATE")  # the outbox's write lock, held elsewhere
+        await produce(kafka_broker.bootstrap, topic, [(b"web-1", ODD_LINE.encode())] * 3)
+        consumer, partition = service.source.consumer, TopicPartition(topic, 0)
+
+        async def fetched() -> bool:  # the scorer has them: it waits on the lock from now on
+            return await consumer.position(partition) >= 3
+
+        await _until(fetched, "the odd lines fetched")
+        rival = AIOKafkaConsumer(topic, group_id=group, bootstrap_servers=kafka_broker.bootstrap)
+        await rival.start()  # joins the group: a rebalance, whose revoke waits for the scorer
+        try:
+            await _until(lambda: _probe(server) == 503, "/healthz 503 on the stalled consumer")
+            holder.execute("ROLLBACK")
+            await _until(lambda: _probe(server) == 200, "/healthz 200 once fetching resumed")
+        finally:
+            if holder.in_transaction:  # the test failed while the lock was held: let the scorer go
+                holder.execute("ROLLBACK")
+            await rival.stop()
+            stop.set()
+            await running
+
+    try:
+        asyncio.run(stall_and_recover())
+    finally:
+        holder.close()
+        sink.close(grace=0)
+        server.shutdown()
+        server.server_close()

@@ -108,6 +108,12 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ),
         ("kafka: {topics: [logs]}\n", "model", "Field required"),
         (MINIMAL + "sink: {kind: alerts}\n", "sink", "needs sink.routes"),
+        (MINIMAL + "audit_log_files: 0\n", "audit_log_files", "greater than 0"),
+        (
+            MINIMAL + "fetch_stall_seconds: 60\nstate: {changelog_topic: c, restore_timeout_seconds: 120}\n",
+            "settings",
+            "fetch_stall_seconds must exceed state.restore_timeout_seconds",
+        ),
     ],
 )
 def test_invalid_setting_names_field_and_reason(tmp_path: Path, text: str, field: str, reason: str) -> None:

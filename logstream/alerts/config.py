@@ -473,6 +473,10 @@ class Delivery(_Strict):
     # `dead_retention` (kept longer: someone may want to replay them)
     retention: Duration = Field(default=7 * 86400.0, gt=0)
     dead_retention: Duration = Field(default=30 * 86400.0, gt=0)
+    # a resolved group (an incident's state, ~10 KB with its context lines) is pruned when its
+    # last anomaly is older than this and none of its deliveries is left; the next anomaly of
+    # its key opens a new group, whose dedup key was never used (grouping.Group.incident)
+    resolved_retention: Duration = Field(default=14 * 86400.0, gt=0)
     # a failed worker loop restarts after restart_delay, doubling per consecutive failure up
     # to restart_delay_max; after `unhealthy_after` consecutive failures healthy() is False
     restart_delay: Duration = Field(default=1.0, gt=0)

@@ -46,7 +46,9 @@ class Group:
     labels: dict[str, str]  # labels of the incident's first anomaly (what silences see)
     group_labels: dict[str, str]
     timing: Timing
-    incident: int  # 1, 2, ... each resolve -> new incident
+    # the first incident is numbered by the unix second the group opened, each resolve adds 1:
+    # a group pruned after its retention and opened again never reuses a dedup key
+    incident: int
     state: str  # "pending" | "firing" | "resolved"
     first_seen: float
     last_seen: float
@@ -98,7 +100,7 @@ def absorb(
             labels=dict(labels),
             group_labels=grouped_labels(match, labels),
             timing=match.timing,
-            incident=(group.incident + 1) if group else 1,
+            incident=(group.incident + 1) if group else max(int(now), 1),
             state="pending",
             first_seen=now,
             last_seen=now,

@@ -23,7 +23,7 @@ WORKER_RESTARTS = Counter(
 )
 OUTBOX_PRUNED = Counter(
     "logstream_alerts_outbox_pruned_total",
-    "Outbox rows removed after their retention period, by kind (delivered, dead).",
+    "Outbox rows removed after their retention period, by kind: delivered, dead (letters), resolved (groups).",
     ["kind"],
 )
 NOTIFICATION_LATENCY = Histogram(

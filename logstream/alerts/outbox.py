@@ -12,6 +12,11 @@ receiver said 2xx, so a crash between the two re-sends it with the same key.
 Deliveries for one (channel, dedup_key) go out in order (a resolve never
 overtakes its trigger).
 
+Disk stays bounded: the worker prunes delivered rows after `delivery.retention`, dead
+letters after `dead_retention`, and resolved groups whose last anomaly is older than
+`resolved_retention` once none of their deliveries is left. A fingerprint lookup
+(`find_incident`) reads one row through an index on the groups' dedup keys.
+
 SQLite failures a caller can act on (a corrupt or locked file, a full disk)
 are raised as `OutboxError`, one line naming the file and the reason. A row
 that no longer decodes is set aside (dead-lettered or parked, with an error
@@ -51,7 +56,9 @@ CREATE TABLE IF NOT EXISTS groups (
     key TEXT PRIMARY KEY,
     state TEXT NOT NULL,
     next_eval REAL NOT NULL,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    dedup_key TEXT,
+    last_seen REAL
 );
 CREATE INDEX IF NOT EXISTS groups_due ON groups (next_eval);
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -89,9 +96,15 @@ CREATE TABLE IF NOT EXISTS attempts (
     retry_at REAL
 );
 CREATE INDEX IF NOT EXISTS attempts_delivery ON attempts (delivery_id, at);
+CREATE INDEX IF NOT EXISTS deliveries_incident ON deliveries (dedup_key);
 """
     + SILENCES_SCHEMA
 )
+# on the columns that files of older releases lack until `_add_group_columns` ran
+GROUP_INDEXES = """
+CREATE INDEX IF NOT EXISTS groups_incident ON groups (dedup_key);
+CREATE INDEX IF NOT EXISTS groups_resolved ON groups (state, last_seen);
+"""
 
 FLUSH_BATCH = 1000  # groups evaluated per flush call
 _DUE = "next_eval <= ?"
@@ -209,8 +222,12 @@ class Outbox:
                     held = touched[key] if key in touched else self._load(key)
                     touched[key] = absorb(held, anomaly, labels, match, key, now)
             self._db.executemany(
-                "INSERT OR REPLACE INTO groups (key, state, next_eval, data) VALUES (?, ?, ?, ?)",
-                [(g.key, g.state, g.next_eval, _dump_group(g)) for g in touched.values()],
+                "INSERT OR REPLACE INTO groups (key, state, next_eval, data, dedup_key, last_seen)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (g.key, g.state, g.next_eval, _dump_group(g), g.dedup_key, g.last_seen)
+                    for g in touched.values()
+                ],
             )
         if self.on_put is not None:
             self.on_put()
@@ -288,8 +305,16 @@ class Outbox:
                 until = min(mutes) if mutes else None  # re-evaluated when the first one ends
                 group, status = evaluate(group, now, resolve_timeout, until, early=early)
                 self._wdb.execute(
-                    "UPDATE groups SET state = ?, next_eval = ?, data = ? WHERE key = ?",
-                    (group.state, group.next_eval, _dump_group(group), group.key),
+                    "UPDATE groups SET state = ?, next_eval = ?, data = ?, dedup_key = ?, last_seen = ?"
+                    " WHERE key = ?",
+                    (
+                        group.state,
+                        group.next_eval,
+                        _dump_group(group),
+                        group.dedup_key,
+                        group.last_seen,
+                        group.key,
+                    ),
                 )
                 if status is None:
                     if silence is not None:
@@ -442,7 +467,9 @@ class Outbox:
 
     def prune(self, now: float) -> int:
         """Delete delivered rows older than `retention` and dead letters older than
-        `dead_retention`, with their attempts; returns how many rows went."""
+        `dead_retention`, with their attempts, and resolved groups whose last anomaly is older
+        than `resolved_retention` and none of whose deliveries is left (pending or still
+        kept); returns how many rows went."""
         policy = self.config.delivery
         delivered_before, dead_before = now - policy.retention, now - policy.dead_retention
         with self._lock, self._transaction(self._wdb):
@@ -461,9 +488,15 @@ class Outbox:
                 "DELETE FROM attempts WHERE at < ? AND delivery_id NOT IN (SELECT id FROM deliveries)",
                 (dead_before,),
             )
+            resolved = self._wdb.execute(
+                "DELETE FROM groups WHERE state = 'resolved' AND last_seen < ? AND NOT EXISTS"
+                " (SELECT 1 FROM deliveries d WHERE d.dedup_key = groups.dedup_key)",
+                (now - policy.resolved_retention,),
+            ).rowcount
         OUTBOX_PRUNED.labels("delivered").inc(delivered)
         OUTBOX_PRUNED.labels("dead").inc(dead)
-        return delivered + dead
+        OUTBOX_PRUNED.labels("resolved").inc(resolved)
+        return delivered + dead + resolved
 
     def next_attempt(self) -> float | None:
         """Earliest moment a pending delivery falls due (group timers not included)."""
@@ -547,7 +580,35 @@ def _connect(path: str | Path, synchronous: str, timeout: float) -> sqlite3.Conn
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous.upper()}")
     db.executescript(SCHEMA)
+    _add_group_columns(db)
     return db
+
+
+def _add_group_columns(db: sqlite3.Connection) -> None:
+    """Give a groups table of an older release its `dedup_key` and `last_seen` columns, filled
+    from each row's data (a row that does not decode keeps NULLs: it is never found by
+    fingerprint nor pruned), then the indexes on them. Idempotent; in one transaction, so two
+    processes opening the same old file do not both migrate it."""
+    if _lacks_group_columns(db):
+        with _Transaction(db):
+            if _lacks_group_columns(db):  # re-read under the write lock
+                db.execute("ALTER TABLE groups ADD COLUMN dedup_key TEXT")
+                db.execute("ALTER TABLE groups ADD COLUMN last_seen REAL")
+                for key, data in db.execute("SELECT key, data FROM groups").fetchall():
+                    try:
+                        group = _load_group(data)
+                    except _BAD_ROW:
+                        continue
+                    db.execute(
+                        "UPDATE groups SET dedup_key = ?, last_seen = ? WHERE key = ?",
+                        (group.dedup_key, group.last_seen, key),
+                    )
+    db.executescript(GROUP_INDEXES)
+
+
+def _lacks_group_columns(db: sqlite3.Connection) -> bool:
+    columns = {row[1] for row in db.execute("PRAGMA table_info(groups)")}
+    return bool(columns) and "dedup_key" not in columns
 
 
 def _dump_group(group: Group) -> str:
@@ -567,14 +628,14 @@ def _load_group(text: str) -> Group:
 
 def find_incident(db: sqlite3.Connection, dedup_key: str) -> Group | None:
     """The stored group whose current incident has this dedup key (the fingerprint its alerts
-    carry), if any; a scan, for operator commands (`logstream feedback --fingerprint`)."""
+    carry), if any: one indexed row, for operator commands (`logstream feedback
+    --fingerprint`). A file of an older release gets its index first."""
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'groups'").fetchone():
         return None
-    for (data,) in db.execute("SELECT data FROM groups"):
+    _add_group_columns(db)
+    for (data,) in db.execute("SELECT data FROM groups WHERE dedup_key = ?", (dedup_key,)):
         try:
-            group = _load_group(data)
+            return _load_group(data)
         except _BAD_ROW:
             continue  # parked when it is evaluated (see Outbox._flush)
-        if group.dedup_key == dedup_key:
-            return group
     return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
 from logstream.records import Anomaly
+from logstream.rotating import FILES, MAX_BYTES, RotatingFile
 
 
 class AnomalySink(Protocol):
@@ -25,20 +25,17 @@ class AnomalySink(Protocol):
 
 
 class JsonlSink:
-    """Appends anomalies to a JSONL file and fsyncs before returning."""
+    """Appends anomalies to a JSONL file and fsyncs before returning; the file rotates at
+    `max_bytes`, keeping at most `files` (logstream/rotating.py)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES, files: int = FILES) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = RotatingFile(self.path, max_bytes, files)
 
     def put(self, anomalies: Sequence[Anomaly]) -> None:
         if not anomalies:
             return
-        for anomaly in anomalies:
-            self._file.write(json.dumps(asdict(anomaly)) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.append("".join(json.dumps(asdict(anomaly)) + "\n" for anomaly in anomalies).encode())
 
     def healthy(self) -> bool:
         """A file append has no background worker that could die: a failed put raises instead."""
