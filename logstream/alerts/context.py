@@ -125,10 +125,20 @@ class LineContext:
         return line if len(line) <= self.max_chars else line[: self.max_chars - 1] + "…"
 
 
+def anomaly_of(detector: Detector, scored: ScoredLine) -> Anomaly | None:
+    """The detector's anomaly for a scored line (None below the threshold), with its
+    explanation in words: the sentence replay's table prints under the line
+    (`explain.Explanation.summary`), so a page says what the backtest said."""
+    anomaly = detector.anomaly(scored)
+    if anomaly is None or scored.explanation is None:
+        return anomaly
+    return dataclasses.replace(anomaly, explanation=scored.explanation.summary)
+
+
 def anomalies_of(detector: Detector, context: LineContext, scored: Sequence[ScoredLine]) -> list[Anomaly]:
     """A scored batch's anomalies, lines first (with the stream's lines around them), then
     stream ends: what serve and `logstream tail` hand to the alert sink."""
     lines = [s for s in scored if s.kind == "line"]
-    flagged = {i: a for i, s in enumerate(lines) if (a := detector.anomaly(s)) is not None}
+    flagged = {i: a for i, s in enumerate(lines) if (a := anomaly_of(detector, s)) is not None}
     anomalies = context.attach([(s.record.stream, s.record.line) for s in lines], flagged)
-    return anomalies + [a for s in scored if s.kind != "line" and (a := detector.anomaly(s)) is not None]
+    return anomalies + [a for s in scored if s.kind != "line" and (a := anomaly_of(detector, s)) is not None]
