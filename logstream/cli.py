@@ -1,4 +1,9 @@
-"""The `logstream` command line: train, replay (and serve, bench).
+"""logstream: anomaly detection on logs with a small language model.
+
+Commands: train (a model on normal logs), replay (backtest a file), tail (follow files or
+stdin live), serve (live from Kafka), demo (the embedded example), bench (the benchmarks);
+alerts (routes, delivery, silences), feedback (mark alerts normal or confirmed) and models
+(versions: add, list, promote, rollback) have subcommands.
 
 Errors a user can fix are one line on stderr and exit code 2, never a traceback.
 """
@@ -13,9 +18,10 @@ import json
 import math
 import os
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +35,7 @@ from logstream.demo import write_demo_logs
 from logstream.errors import UserError
 from logstream.feedback_cli import app as feedback_app
 from logstream.models_cli import app as models_app
+from logstream.printable import printable
 from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
 from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
 from logstream.synth import STREAM_KEY
@@ -46,7 +53,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 PRESET_NAMES = ("tiny", "small", "base")  # logstream.model.PRESETS (imports torch; a test keeps them equal)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
+# the help shows a docstring's line breaks as they are: one line per paragraph
+HELP = "\n\n".join(" ".join(paragraph.split()) for paragraph in (__doc__ or "").split("\n\n"))
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, pretty_exceptions_enable=False)
 err = Console(stderr=True)
 
 
@@ -87,7 +96,7 @@ def _console(stderr: bool) -> Console:
 
 
 def fail(message: str) -> typer.Exit:
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {printable(message)}\n")
     return typer.Exit(2)
 
 
@@ -110,6 +119,14 @@ WindowOpt = Annotated[
         min=16,
         help="Rolling window L: ring slots per stream. Default: 2048, or less when the baseline is "
         "too small to fill it 64 times.",
+    ),
+]
+MultilineOpt = Annotated[
+    str,
+    typer.Option(
+        help="Join the lines of one event (a stack trace) into one record: auto (Java and Python "
+        "traces, indented lines), off, start:REGEX (an event starts at each matching line) or "
+        "continue:REGEX (a matching line continues the one before); RE2 regexes.",
     ),
 ]
 MergeAcrossWordsOpt = Annotated[
@@ -187,16 +204,34 @@ def check_out_file(path: Path | None, option: str) -> None:
         raise fail(f"{option}: folder {path.parent} does not exist")
 
 
-def check_paths(inputs: list[Path], model: Path | None) -> None:
-    """Fail on a missing or unusable input file or model directory in a fraction of a second:
-    before the command imports torch and transformers, which take seconds."""
+def check_paths(inputs: list[Path], model: Path | None) -> Path | None:
+    """Fail on a missing or unusable input file or model in a fraction of a second: before
+    the command imports torch and transformers, which take seconds. Returns the model
+    directory (`model_dir`)."""
     from logstream.inputs import check_file
-    from logstream.metadata import read_model_meta
 
     for path in inputs:
         check_file(path)
-    if model is not None:
-        read_model_meta(model)
+    return model_dir(model) if model is not None else None
+
+
+def is_store(path: Path) -> bool:
+    """A model store (logstream.model_store): `versions/` and no model of its own."""
+    from logstream.metadata import META_FILE
+    from logstream.model_store import VERSIONS
+
+    return (path / VERSIONS).is_dir() and not (path / META_FILE).exists()
+
+
+def model_dir(path: Path) -> Path:
+    """A model directory, or a model store's live version (what serve scores with), checked
+    without torch; a ModelDirError or StoreError names what is wrong and the fix."""
+    from logstream.metadata import read_model_meta
+    from logstream.model_store import live_dir
+
+    directory = live_dir(path) if is_store(path) else path
+    read_model_meta(directory)
+    return directory
 
 
 def check_out_dir(path: Path, option: str) -> None:
@@ -231,7 +266,8 @@ def train_command(
         Path | None,
         typer.Option(
             "--from",
-            help="Continue this model on the inputs (plus its kept sample of old data, and --feedback).",
+            help="Continue this model (a model directory, or a model store's live version) on the "
+            "inputs, plus its kept sample of old data and --feedback.",
         ),
     ] = None,
     feedback: Annotated[
@@ -245,12 +281,14 @@ def train_command(
             "sinks) rebuilt from the inputs' common templates, calibrated on them (dynamic sinks)."
         ),
     ] = False,
+    multiline: MultilineOpt = "auto",
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
-    check_paths(inputs, from_model)
+    from_model = check_paths(inputs, from_model)
     from logstream.inputs import (
         InputStats,
         line_parser,
+        multiline_option,
         read_records,
         read_sessions,
         streams_from_records,
@@ -271,6 +309,7 @@ def train_command(
     check_out_dir(out, "--out")
     if only_normal and format is not Format.sessions:
         raise fail("--only-normal needs --format sessions (labels live in the sessions)")
+    parser = line_parser(stream_key, multiline=multiline_option(multiline))
     stats = InputStats()
     streams = []
     for path in inputs:
@@ -278,7 +317,7 @@ def train_command(
             sessions = read_sessions(path, stats)
             streams += streams_from_sessions([s for s in sessions if not only_normal or s.label == 0])
         else:
-            streams += streams_from_records(read_records(path, stats, line_parser(stream_key)))
+            streams += streams_from_records(read_records(path, stats, parser))
     with _progress() as progress:
         task = progress.add_task("training", total=None, info="")
 
@@ -318,11 +357,22 @@ def train_summary(out: Path, meta: dict) -> str:
             f"; pattern prompt rebuilt from {meta['new_lines']} new lines on the weights of {meta['parent']}"
             if meta.get("prompt_refreshed")
             else f"; continued from {meta['parent']}: {meta['new_lines']} new, {meta['feedback_lines']} "
-            f"feedback, {meta['replayed_lines']} replayed lines, window {meta['data_window']}"
+            f"feedback, {meta['replayed_lines']} replayed lines, {log_time_span(meta['data_window'])}"
             if meta.get("parent")
             else ""
         )
     )
+
+
+def log_time_span(window: dict[str, float] | None) -> str:
+    """The new data's log times (`retrain.data_window`) as a person reads them, in UTC."""
+    if not window:
+        return "no log times in the new lines"
+
+    def when(seconds: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+    return f"log time {when(window['first'])} to {when(window['last'])} UTC"
 
 
 def beyond_chance_note(chunk: ChunkModel) -> str:
@@ -375,9 +425,11 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
         table.add_column(column, overflow="fold")
     for g in groups[:top]:
         streams = g.streams
+        last = (g.worst.last_line or g.first) if g.count == 1 else g.last  # one multi-line event: its range
         table.add_row(
-            f"{g.worst.score:.2f}", str(g.count), f"{g.first}" if g.count == 1 else f"{g.first}-{g.last}",
-            streams[0] + (f" +{len(streams) - 1}" if len(streams) > 1 else ""), example_text(g.worst),
+            f"{g.worst.score:.2f}", str(g.count), f"{g.first}" if last == g.first else f"{g.first}-{last}",
+            Text(printable(streams[0]) + (f" +{len(streams) - 1}" if len(streams) > 1 else "")),
+            example_text(g.worst),
         )  # fmt: skip
     console.print(table)
     if len(groups) > top:
@@ -395,8 +447,8 @@ def print_report(report: ReplayReport, groups: list[Group], console: Console, to
             quiet.add_row(
                 f"{q.score:.2f}",
                 str(offset + 1) if offset is not None else "-",
-                q.record.stream,
-                q.record.line,
+                Text(printable(q.record.stream)),
+                Text(printable(q.record.line)),
             )
         console.print(quiet)
 
@@ -405,16 +457,18 @@ EXAMPLE_CHARS = 240  # a longer example shows only the surroundings of its surpr
 
 
 def example_text(unit: Unit) -> Text:
-    """A unit's line as its template with the surprising words highlighted, and why (dim)."""
+    """A unit's line as its template with the surprising words highlighted, and why (dim);
+    control characters escaped (`printable`): a log line must not drive the terminal."""
     from logstream.groups import why
 
     explanation = unit.explanation
     if explanation is None:  # a session's worst line below the line threshold, or a stream end
-        return Text(unit.text[:EXAMPLE_CHARS])
+        return Text(printable(unit.text[:EXAMPLE_CHARS], newlines=True))
     text = Text()
     for piece, hit in explanation.compact(EXAMPLE_CHARS):  # ** marks the words where styles do not show
+        piece = printable(piece, newlines=True)  # a multi-line event keeps its lines
         text.append(f"**{piece}**" if hit else piece, style="bold red" if hit else "")
-    text.append("\n" + why(unit), style="dim")
+    text.append("\n" + printable(why(unit)), style="dim")
     return text
 
 
@@ -425,7 +479,10 @@ def replay_command(
     ],
     model: Annotated[
         Path | None,
-        typer.Option(help="Model directory; without it, train on the input (see --auto-train)."),
+        typer.Option(
+            help="Model directory, or a model store (its live version); without it, a model is "
+            "trained on the input (see --auto-train)."
+        ),
     ] = None,
     format: FormatOpt = Format.lines,
     labels: Annotated[
@@ -435,7 +492,7 @@ def replay_command(
     out: Annotated[Path | None, typer.Option(help="Write every score as JSONL here.")] = None,
     json_output: Annotated[
         bool,
-        typer.Option("--json", help="Write only one JSON summary line to stdout (tables go to stderr)."),
+        typer.Option("--json", help="Write only one JSON summary line to stdout (the tables go to stderr)."),
     ] = False,
     report_path: Annotated[
         Path | None,
@@ -446,8 +503,8 @@ def replay_command(
     auto_train: Annotated[
         AutoTrain,
         typer.Option(
-            help="Without --model: 'first' trains on the first half and scores the rest; 'all' scores every line "
-            "prequentially (the first chunk by its own model)."
+            help="Without --model: 'first' trains on the first half and scores only the rest; 'all' scores "
+            "every line, each part by a model trained on the lines before it (the first part by its own)."
         ),
     ] = AutoTrain.first,
     preset: PresetOpt = "auto",
@@ -465,30 +522,44 @@ def replay_command(
     deliver: Annotated[
         bool, typer.Option("--deliver", help="With --alerts: send those alerts (default: dry run).")
     ] = False,
+    multiline: MultilineOpt = "auto",
 ) -> None:
-    """Backtest: stream a file through the detector as if live, then show the anomalies by template."""
+    """Backtest: stream a file through the detector as if live, then show the anomalies by template.
+
+    stdout carries the table and a short summary (with --json: only the JSON summary)."""
     if deliver and alerts is None:
         raise fail("--deliver needs --alerts FILE")
     check_out_file(out, "--out")
     check_out_file(report_path, "--report")
-    check_paths([input, *([labels] if labels is not None else [])], model)
+    directory = check_paths([input, *([labels] if labels is not None else [])], model)
     from logstream.alerts.config import load_config as load_alerts_config
+    from logstream.inputs import multiline_option
 
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
+    joining = multiline_option(multiline)
     from logstream.groups import anomaly_groups, mark_new_words
-    from logstream.replay import ReplayOptions, ReplayProgress, load_replay_input, run_replay, unit_texts
+    from logstream.replay import (
+        ReplayOptions,
+        ReplayProgress,
+        load_replay_input,
+        plan,
+        run_replay,
+        unit_texts,
+    )
 
     options = ReplayOptions(
-        input=input, model=model, format=format.value, labels=labels, stream_key=stream_key, out=out,
+        input=input, model=directory, format=format.value, labels=labels, stream_key=stream_key, out=out,
         auto_train=auto_train.value,
         train_config=_train_config(
             preset, window, seed, max_steps, false_alarm_rate=false_alarm_rate,
             stream_key=stream_key, merge_across_words=merge_across_words, sessions=format is Format.sessions,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
-        quiet_sources=quiet_sources,
+        quiet_sources=quiet_sources, multiline=joining,
     )  # fmt: skip
     data = load_replay_input(options)
+    described = f"{model} ({data.detector.model_id})" if model is not None and data.detector else ""
+    sys.stderr.write(printable(plan(options, data, described)) + "\n")
     with _progress() as progress:
         task: list[TaskID] = []
 
@@ -517,10 +588,55 @@ def replay_command(
         texts = unit_texts(data, report.columns)
         write_report(report, summary, texts, report_path, title=f"logstream replay of {input.name}")
         err.print(f"report: {report_path}", highlight=False)
+    for line in summary_lines(report, summary):  # whole lines: a pipe's 160 columns would wrap them
+        print(printable(line), file=sys.stderr if json_output else sys.stdout)
     if json_output:
         sys.stdout.write(json.dumps(summary) + "\n")
+
+
+def summary_lines(report: ReplayReport, summary: dict[str, Any]) -> list[str]:
+    """The replay in a few lines for a person: what was scored with what, what crossed the
+    threshold (or the highest score, when nothing did), bad input, joined events, metrics."""
+    unit, (first, last) = report.unit, report.scored_lines
+    chunks = report.chunks
+    if report.trained_on_lines is not None:
+        a, b = report.trained_on_lines
+        by = (
+            f"a model trained on lines {a:,}-{b:,}, which are not scored (--auto-train all scores every line)"
+        )
+    elif len(chunks) > 1:
+        by = f"{len(chunks)} models, each trained on the lines before its part (the first on its own)"
     else:
-        human.print_json(json.dumps({k: v for k, v in summary.items() if k != "groups"}))
+        by = f"the model {chunks[0].model_id}"
+    out = [f"scored {len(report.columns):,} {unit}s (lines {first:,}-{last:,}) with {by}"]
+    worst, threshold = report.worst, report.threshold
+    if summary["anomalies"]:
+        out.append(
+            f"{summary['anomalies']:,} {unit}s over the threshold {threshold:.2f} (a normal {unit} scores "
+            f"that high once in {_once_in(threshold)}) in {summary['anomaly_groups']} groups: the table above"
+        )
+    elif worst is not None:
+        out.append(
+            f"nothing over the threshold {threshold:.2f}: the highest score was {worst[0]:.2f} (line "
+            f"{worst[1]:,}), which a normal {unit} reaches about once in {_once_in(worst[0])}"
+        )
+    if report.bad_input:
+        out.append("bad lines skipped: " + ", ".join(f"{k}={n:,}" for k, n in report.bad_input.items()))
+    joins = report.joins
+    if joins.events:
+        cut = f", {joins.cut:,} cut at their size limit" if joins.cut else ""
+        out.append(f"multi-line events: {joins.events:,} records joined from {joins.lines:,} lines{cut}")
+    if "precision" in summary:
+        out.append(
+            f"against the labels ({summary['positives']:,} anomalous): precision {summary['precision']:.3f}, "
+            f"recall {summary['recall']:.3f}, F1 {summary['f1']:.3f}, AUC-PR {summary['auc_pr']:.3f}"
+        )
+    return out
+
+
+def _once_in(score: float) -> str:
+    """How rare a score is among normal lines: 10^score, as a count or a power of ten."""
+    return f"{10**score:,.0f}" if score < 6 else f"10^{score:.0f}"
 
 
 def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
@@ -536,7 +652,7 @@ def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> N
 
     sent, pending = run_replay_alerts(report.anomalies, routes, deliver=deliver)
     for alert in sent:
-        sys.stdout.write(format_alert(alert, routes) + "\n")
+        sys.stdout.write(printable(format_alert(alert, routes)) + "\n")
     verb = "sent" if deliver else "would send (dry run; --deliver sends)"
     left = f", {pending} still pending in the outbox" if pending else ""
     summary = f"alerts: {len(report.anomalies)} anomalies -> {len(sent)} notifications {verb}{left}"
@@ -557,7 +673,12 @@ def serve_command(
         typer.Option(help="Serve config YAML (see configs/serve.yaml); LOGSTREAM_* env overrides it."),
     ] = Path("configs/serve.yaml"),
     check: Annotated[
-        bool, typer.Option("--check", help="Only validate the config (settings) and exit.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Check the config and exit: the settings, the model (or store) loads, the alert routes "
+            "parse (without their secrets); Kafka is not contacted.",
+        ),
     ] = False,
     role: Annotated[
         str,
@@ -578,9 +699,16 @@ def serve_command(
 @app.command("tail")
 def tail_command(
     inputs: Annotated[
-        list[str], typer.Argument(help="Log files to follow (through rotation), or - for stdin.")
+        list[str],
+        typer.Argument(help="Log files to follow (through rotation), or - for stdin (read from its start)."),
     ],
-    model: Annotated[Path, typer.Option(help="Model directory (logstream train).")],
+    model: Annotated[
+        Path,
+        typer.Option(
+            help="Model directory (logstream train), or a model store: its live version, and the "
+            "next one whenever `logstream models promote` or `rollback` changes it (as serve follows it)."
+        ),
+    ],
     stream_key: Annotated[
         str | None,
         typer.Option(
@@ -595,31 +723,48 @@ def tail_command(
         Path | None,
         typer.Option(help="Alert routes file: route anomalies as serve does (durable outbox)."),
     ] = None,
+    from_start: Annotated[
+        bool,
+        typer.Option(
+            "--from-start",
+            help="Read each file from its start. Without it a file is read from its end, as tail -F "
+            "does: only lines written from now on are scored.",
+        ),
+    ] = False,
     once: Annotated[
-        bool, typer.Option("--once", help="Read the files to their end and exit instead of following.")
+        bool,
+        typer.Option(
+            "--once", help="Read the files from their start to their end and exit instead of following."
+        ),
     ] = False,
     false_alarm_rate: RateOpt = None,
     threshold: ThresholdOpt = None,
     quiet_sources: QuietSourcesOpt = True,
+    multiline: MultilineOpt = "auto",
 ) -> None:
-    """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies."""
-    from logstream.inputs import STDIN, compile_stream_key
-    from logstream.metadata import read_model_meta
+    """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies.
+
+    A start line on stderr says what is followed from where, with which model and threshold."""
+    from logstream.inputs import STDIN, compile_stream_key, multiline_option
 
     if inputs.count(STDIN) > 1:
         raise fail("tail: - (stdin) can be given once")
     for name in inputs:
-        if name != STDIN and not Path(name).is_file():
-            raise fail(f"tail: {name} is not a file")
+        if name != STDIN:
+            check_followed(Path(name))
     compile_stream_key(stream_key)  # InputError naming --stream-key if RE2 cannot run it
-    read_model_meta(model)  # a wrong --model fails before the model code loads
+    joining = multiline_option(multiline)
+    directory = model_dir(model)  # a wrong --model fails before the model code loads
     from logstream.alerts.config import AlertConfigError
     from logstream.alerts.outbox import OutboxError
     from logstream.alerts.pipeline import open_alert_sink
     from logstream.detector import Detector
-    from logstream.live import TailOptions, run_tail
+    from logstream.live import TailOptions, run_tail, start_line
+    from logstream.live_model import ModelFollower
 
-    detector = Detector.load(model, false_alarm_rate=false_alarm_rate, threshold=threshold)
+    sensitivity = {"false_alarm_rate": false_alarm_rate, "threshold": threshold}
+    follower = ModelFollower(model, sensitivity) if is_store(model) else None
+    detector = follower.load_live() if follower is not None else Detector.load(directory, **sensitivity)
     key = stream_key or detector.meta.get("stream_key")
     compile_stream_key(key)  # the model's own key (checked when it was trained)
     try:
@@ -627,10 +772,25 @@ def tail_command(
     except (AlertConfigError, OutboxError) as exc:
         raise fail(str(exc)) from None
     options = TailOptions(
-        inputs=inputs, stream_regex=key, once=once, json_output=json_output, quiet_sources=quiet_sources
-    )
-    stats = run_tail(options, detector, sys.stdout, sink)
-    err.print(stats.summary(), highlight=False, markup=False)
+        inputs=inputs, stream_regex=key, once=once, from_start=from_start or once, json_output=json_output,
+        quiet_sources=quiet_sources, multiline=joining,
+    )  # fmt: skip
+    shown = f"store {model}, live version {follower.version}" if follower is not None else str(model)
+    sys.stderr.write(start_line(options, detector, shown) + "\n")
+    stats = run_tail(options, detector, sys.stdout, sink, follower=follower)
+    sys.stderr.write(stats.summary() + "\n")
+
+
+def check_followed(path: Path) -> None:
+    """A file `tail` can follow: it exists (it may be empty) and is no directory."""
+    if path.is_dir():
+        raise fail(f"tail: {path} is a directory; give the log files in it ({path}/*.log)")
+    if not path.exists():
+        raise fail(
+            f"tail: {path}: no such file; tail follows a file that exists (check the path, or create it)"
+        )
+    if not path.is_file():
+        raise fail(f"tail: {path} is not a regular file; pipe it in: ... | logstream tail - --model ...")
 
 
 @app.command("demo")
@@ -639,13 +799,14 @@ def demo_command(
         "runs/demo"
     ),
     preset: PresetOpt = "tiny",
-    window: WindowOpt = 128,
+    window: Annotated[int, typer.Option(min=16, help="Rolling window L: ring slots per stream.")] = 128,
     max_steps: StepsOpt = 600,
 ) -> None:
     """The embedded default backtest: train on a synthetic system's baseline, replay a log with incidents.
 
     The tiny preset and a 128-token window keep it to a few minutes on a 2-core CPU; the
-    synthetic system is simple enough for them. Real logs want `train --preset small` (the default).
+    synthetic system is simple enough for them. On real logs, `train` picks the preset by the
+    baseline's size (auto: tiny below 50,000 lines, small from there) and the window too.
     """
     files = write_demo_logs(out)
     err.print(f"demo: baseline {files.baseline}, incident log {files.incidents} (labels: {files.labels})")
@@ -711,7 +872,7 @@ def main() -> None:
     try:
         app()
     except UserError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {printable(str(exc))}\n")
         sys.exit(2)
 
 

@@ -275,4 +275,5 @@ class Detector:
             location=location(record),
             model_version=str(self.meta.get("created_at", "")),
             labels=record.labels,
+            explanation=scored.explanation.summary if scored.explanation is not None else "",
         )

@@ -546,4 +546,3 @@ def audit_entries(audit_log: Path) -> Iterator[dict]:
             continue  # serve rotated it on since the listing: a later read has its lines
         except OSError as exc:
             raise FeedbackError(f"audit log {path}: cannot read: {exc.strerror}") from None
-

@@ -4,8 +4,12 @@ A log line takes serve's path: `consumers.file.read_file` reads it and the
 `RecordParser` (`line_parser`) judges it, so replay, `train`, `tail` and serve
 score and skip exactly the same lines, and compute the stream key in one place
 (`RecordParser`, for a plain line the `--stream-key` regex). A line the parser
-rejects (undecodable bytes, over `max_message_bytes`, blank) is counted by
+rejects (undecodable bytes, a NUL byte, over `max_message_bytes`, blank) is counted by
 kind in `InputStats` and skipped; a session's lines go through the same parser.
+
+A NUL byte makes a line bad input wherever it is (`binary`): a file is never refused for
+one such line, only when its start holds no text line at all (a core dump), or when no
+line is left to score.
 
 Bad input never raises a traceback: a file that cannot be used at all is an
 `InputError` (one line, the CLI exits 2); a bad session record (bad JSON, nested
@@ -20,16 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from logstream.consumers.file import read_file
+from logstream.consumers.multiline import JoinStats, join_records, joiner_for
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
 from logstream.errors import UserError
 from logstream.event_time import with_event_time
 from logstream.records import LogRecord, Stream
 from logstream.regex import Pattern, RegexError, compile_safe
-from logstream.settings import InputSettings
+from logstream.settings import InputSettings, MultilineSettings
 
 FORMATS = ("lines", "sessions")
 STDIN = "-"  # an input name that means standard input (`logstream tail -`)
+SNIFF_BYTES = 8192  # a file whose start holds NUL bytes and no text line is refused as binary
 
 
 class InputError(UserError):
@@ -58,38 +66,86 @@ class Reread(InputStats):
 
 
 def line_parser(
-    stream_key: str | None = None, max_message_bytes: int = InputSettings().max_message_bytes
+    stream_key: str | None = None,
+    max_message_bytes: int = InputSettings().max_message_bytes,
+    multiline: MultilineSettings | None = None,
 ) -> RecordParser:
     """Plain lines, as replay, `tail` and a plain-format serve read them; the stream is the
-    `stream_key` regex's first group (or whole match), else `default`."""
+    `stream_key` regex's first group (or whole match), else `default`. `multiline`: how
+    `read_records` and `tail` join multi-line events (default: not at all)."""
     compile_stream_key(stream_key)  # a bad regex is one line naming --stream-key
     settings = InputSettings(
         format="plain", stream_key="regex" if stream_key else "none", stream_regex=stream_key,
-        max_message_bytes=max_message_bytes,
+        max_message_bytes=max_message_bytes, multiline=multiline or MultilineSettings(),
     )  # fmt: skip
     return RecordParser(settings)
 
 
+def multiline_option(value: str) -> MultilineSettings:
+    """`--multiline`: auto, off, start:REGEX or continue:REGEX (`settings.MultilineSettings`)."""
+    mode, colon, pattern = value.partition(":")
+    if mode not in ("auto", "off", "start", "continue") or (mode in ("auto", "off")) == bool(colon):
+        raise InputError(f"--multiline: {value!r}; expected auto, off, start:REGEX or continue:REGEX")
+    try:
+        return MultilineSettings(mode=mode, pattern=pattern or None)
+    except (ValidationError, RegexError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise InputError(f"--multiline {value!r}: {reason.removeprefix('Value error, ')}") from None
+
+
 def check_file(path: Path) -> None:
-    """Refuse a file that is not a usable text log at all (the rest is judged line by line)."""
+    """Refuse a path that is not a usable log file at all, saying what it is and what to give
+    instead (its lines are judged one by one as they are read)."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a log file; give the files in it ({path}/*.log)")
+    if not path.exists():
+        raise InputError(f"{path}: no such file; check the path")
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    with path.open("rb") as handle:
-        head = handle.read(8192)
-        if not head.strip() and not handle.read().strip():
-            raise InputError(f"{path}: file is empty")
-    if b"\x00" in head:
-        raise InputError(f"{path}: looks like a binary file (NUL bytes), not a text log")
+        raise InputError(f"{path}: not a regular file; give a log file (or - for stdin where it is read)")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+            empty = not head.strip() and not handle.read().strip()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
+    if empty:
+        raise InputError(f"{path}: file is empty")
+    if b"\x00" in head and not any(map(_text_line, head.split(b"\n")[:-1] or [head])):
+        raise InputError(
+            f"{path}: looks like a binary file (no text line in its first 8 KiB), not a text log"
+        )
 
 
-def read_records(path: Path, stats: InputStats, parser: RecordParser | None = None) -> Iterator[LogRecord]:
+def _text_line(raw: bytes) -> bool:
+    """A line a text log could hold: not blank, UTF-8, no NUL byte."""
+    try:
+        return bool(raw.strip()) and b"\x00" not in raw and bool(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return False
+
+
+def read_records(
+    path: Path, stats: InputStats, parser: RecordParser | None = None, joins: JoinStats | None = None
+) -> Iterator[LogRecord]:
     """The file's records in order, as serve's parser makes them (bad lines counted and skipped),
     each with the event time at the start of its line; `offset` is the 0-based line in the file.
+    Multi-line events are joined as the parser's settings say (`consumers.multiline`; `joins`
+    counts them).
 
     The file is checked when this is called; its lines are read as they are consumed."""
     path = Path(path)
     check_file(path)
-    return with_event_time(read_file(path, parser or line_parser(), stats))
+    parser = parser or line_parser()
+    records = with_event_time(read_file(path, parser, stats))
+    return join_records(records, joiner_for(parser.settings, joins))
+
+
+def no_line_to_score(path: Path, stats: InputStats) -> InputError:
+    """The error for a file whose every line was bad input (which kinds, and what it may be)."""
+    bad = stats.as_dict()
+    kinds = ", ".join(f"{kind}={n}" for kind, n in bad.items()) or "none"
+    binary = "; it looks like a binary file, not a text log" if bad.get("binary") else ""
+    return InputError(f"{path}: no line to score (bad lines skipped: {kinds}){binary}")
 
 
 def read_lines(path: Path, stats: InputStats) -> list[str]:

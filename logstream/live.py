@@ -1,12 +1,21 @@
 """`logstream tail FILE... | -`: serve's pipeline without Kafka, on files or stdin.
 
 Each input has a reader thread (`consumers.file.read_file`, following the
-file through rotation and truncation, or `consumers.stdin.read_stdin`). All
-of them go through one `RecordParser`, so bad lines are counted and skipped
+file through rotation and truncation, or `consumers.stdin.read_stdin`). A
+followed file is read from its end, as `tail -F` does (only what is written
+from now on; `from_start` reads what it holds first); stdin from its start.
+All inputs go through one `RecordParser`, so bad lines are counted and skipped
 exactly as serve counts Kafka messages. Records get their event time from
 the start of their line (`event_time`), then queue up for the main thread,
-which scores what has arrived as one batch, prints each anomaly (a line for
-a person, or `--json` lines) and hands them to the alert sink.
+which joins multi-line events (`consumers.multiline`, per source and stream;
+an event is complete once its stream writes a line that does not continue
+it, or after `flush_seconds` without one), scores what has arrived as one
+batch, prints each anomaly (for a person, with control characters escaped:
+`printable`; or `--json` lines) and hands them to the alert sink.
+
+The model is a directory, or a model store followed as serve follows it
+(`live_model.ModelFollower`): between two batches, a promote or rollback
+switches to the new live version.
 
 Stopping: SIGINT/SIGTERM stop the readers; what was already read is scored,
 then the alert sink is closed as serve closes it (groups in `group_wait` are
@@ -23,6 +32,7 @@ import json
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,14 +45,17 @@ from logstream.alerts.alert import rfc3339
 from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.sink import AnomalySink
 from logstream.consumers.file import read_file
+from logstream.consumers.multiline import JoinStats, joiner_for
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.stdin import read_stdin
 from logstream.detector import Detector
 from logstream.event_time import with_event_time
 from logstream.inputs import STDIN, line_parser
+from logstream.live_model import ModelFollower
+from logstream.printable import printable
 from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord
-from logstream.settings import InputSettings
+from logstream.settings import InputSettings, MultilineSettings
 
 log = structlog.get_logger(__name__)
 
@@ -58,27 +71,55 @@ class TailOptions:
     inputs: Sequence[str]
     stream_regex: str | None = None  # None: every line in the "default" stream
     once: bool = False  # files: read to their end and stop instead of following
+    from_start: bool = False  # followed files: read what they hold first (else from their end)
     json_output: bool = False
     poll_seconds: float = 0.25  # a followed file's check for new lines / rotation
     max_message_bytes: int = field(default=InputSettings().max_message_bytes)
     quiet_sources: bool = True  # watch for sources that stop logging (serve's `quiet_sources`)
+    multiline: MultilineSettings = field(default_factory=MultilineSettings)  # the CLI's default: auto
 
 
 @dataclass
 class TailStats:
-    lines: int = 0
+    lines: int = 0  # records scored (a multi-line event is one)
     anomalies: int = 0
     rejects: list[RejectLog] = field(default_factory=list)  # one per input (each has its thread)
+    joins: JoinStats = field(default_factory=JoinStats)
 
     def summary(self) -> str:
-        """One line for stderr at the end: lines scored, anomalies, bad lines by kind."""
+        """One line for stderr at the end: lines scored, anomalies, bad lines by kind, joined events."""
         bad: dict[str, int] = {}
         for rejects in self.rejects:
             for kind, n in rejects.counts.items():
                 if n:
                     bad[kind] = bad.get(kind, 0) + n
         skipped = ", ".join(f"{kind}={n}" for kind, n in bad.items()) or "none"
-        return f"tail: {self.lines} lines scored, {self.anomalies} anomalies, bad lines skipped: {skipped}"
+        joins = self.joins
+        joined = (
+            f", {joins.events} multi-line events of {joins.lines} lines ({joins.cut} cut)"
+            if joins.events
+            else ""
+        )
+        return f"tail: {self.lines} lines scored, {self.anomalies} anomalies, bad lines skipped: {skipped}{joined}"
+
+
+def start_line(options: TailOptions, detector: Detector, model: str) -> str:
+    """What tail is about to do, for stderr: its inputs and where each starts, the model, the
+    threshold, how events are joined."""
+    where = (
+        "from its start" if options.from_start or options.once else "from its end; --from-start reads it all"
+    )
+    inputs = ", ".join(
+        "stdin (from its start)" if name == STDIN else f"{name} ({where})" for name in options.inputs
+    )
+    verb = "reading" if options.once else "following"
+    joining = options.multiline.mode + (f":{options.multiline.pattern}" if options.multiline.pattern else "")
+    rate = 10**-detector.threshold
+    return printable(
+        f"tail: {verb} {inputs}; model {model} ({detector.model_id}, trained {detector.meta.get('created_at', '?')}); "
+        f"alerts above score {detector.threshold:.2f} (a normal line scores that high once in {1 / rate:,.0f}); "
+        f"multi-line events: {joining}" + ("" if options.once else "; Ctrl-C stops")
+    )
 
 
 class _End:
@@ -86,13 +127,16 @@ class _End:
 
 
 def format_anomaly(anomaly: Anomaly) -> str:
-    """One line for a person: when (the log's time if it has one), severity, score, where, the line."""
+    """For a person: when (the log's time if it has one), severity, score, where, the line;
+    a multi-line event's further lines below it, indented. Control characters are escaped
+    (`printable`): the line is the log writer's text, and the terminal must not obey it."""
     when = rfc3339(anomaly.event_time if anomaly.event_time is not None else anomaly.detected_at)
     where = anomaly.location or anomaly.source
-    return (
+    head, *rest = anomaly.line.split("\n")
+    return printable(
         f"{when} {anomaly.severity:<8} score {anomaly.score:.2f} > {anomaly.threshold:.2f} "
-        f"{anomaly.stream} {where}: {anomaly.line}"
-    )
+        f"{anomaly.stream} {where}: {head}"
+    ) + "".join("\n    " + printable(line) for line in rest)
 
 
 def anomaly_json(anomaly: Anomaly) -> str:
@@ -106,12 +150,16 @@ def run_tail(
     out: TextIO,
     sink: AnomalySink | None = None,
     stop: threading.Event | None = None,
+    follower: ModelFollower | None = None,
 ) -> TailStats:
     """Score the inputs until they end or `stop` is set (SIGINT/SIGTERM set it when this runs
-    in the main thread); print anomalies to `out`, hand them to `sink`, then close the sink."""
+    in the main thread); print anomalies to `out`, hand them to `sink`, then close the sink.
+    With a `follower` (a model store), a new live version takes over between two batches."""
     stop = stop or threading.Event()
     stats = TailStats()
-    parser = line_parser(options.stream_regex, options.max_message_bytes)
+    parser = line_parser(options.stream_regex, options.max_message_bytes, options.multiline)
+    joiner = joiner_for(parser.settings, stats.joins)
+    flush_seconds = options.multiline.flush_seconds
     records: queue.Queue[LogRecord | _End] = queue.Queue(QUEUE_RECORDS)
     stats.rejects = [RejectLog() for _ in options.inputs]
     readers = [
@@ -124,6 +172,18 @@ def run_tail(
     restore = _on_signals(stop)
     context = LineContext()
     watch = QuietWatch() if options.quiet_sources else None  # sources that stop logging, as serve
+
+    def score(batch: list[LogRecord], final: bool = False) -> None:
+        nonlocal detector
+        if joiner is not None:
+            now = time.monotonic()
+            joined = [j for record in batch for j in joiner.push(record, now)]
+            joined += joiner.flush(None if final else now - flush_seconds)
+            batch = [j.record for j in joined]
+        if follower is not None:
+            detector = follower.poll(detector) or detector
+        _score(batch, detector, context, watch, out, sink, stats, options.json_output)
+
     try:
         for reader in readers:
             reader.start()
@@ -131,13 +191,14 @@ def run_tail(
         while running and not stop.is_set():
             batch, ended = _next_batch(records, stop)
             running -= ended
-            _score(batch, detector, context, watch, out, sink, stats, options.json_output)
+            score(batch)
         stop.set()  # readers still following a file end now
         for _ in range(QUEUE_RECORDS // MAX_BATCH + 1):  # read before the stop: scored, not dropped
             leftover, _ = _next_batch(records, None)
             if not leftover:
                 break
-            _score(leftover, detector, context, watch, out, sink, stats, options.json_output)
+            score(leftover)
+        score([], final=True)  # the events still being gathered
     finally:
         restore()
         if sink is not None:
@@ -151,8 +212,9 @@ def _source(
     if name == STDIN:
         return read_stdin(parser, rejects)
     return read_file(
-        Path(name), parser, rejects, follow=not options.once, poll_seconds=options.poll_seconds, stop=stop
-    )
+        Path(name), parser, rejects, follow=not options.once, from_end=not options.from_start,
+        poll_seconds=options.poll_seconds, stop=stop,
+    )  # fmt: skip
 
 
 def _read(source: Iterator[LogRecord], records: queue.Queue[LogRecord | _End], stop: threading.Event) -> None:

@@ -47,6 +47,7 @@ from logstream.scoring.calibration import Calibration
 
 META_VERSION = 3  # 3: level priors after calibration, exponential or heavier tails
 META_FILE = "logstream.json"
+VERSIONS = "versions"  # a model store's folder of versions (`model_store`)
 # The files that decide how a model directory scores (with its `*.safetensors` weights):
 # what `content_sha256` covers. Not the training sample, nor generation_config.json.
 CONTENT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", META_FILE)
@@ -183,11 +184,26 @@ def read_model_meta(directory: Path) -> dict[str, Any]:
     Free of torch and transformers, so that the CLI refuses a wrong path in a fraction of a
     second, before it loads the model code (`model.load_model_dir` reads the weights after).
     """
+    if not directory.exists():
+        raise ModelDirError(
+            f"model directory {directory} does not exist; train one: logstream train LOGS --out {directory}"
+        )
     if not directory.is_dir():
-        raise ModelDirError(f"model directory {directory} does not exist (train one: logstream train)")
+        raise ModelDirError(
+            f"{directory} is a file, not a model directory; give the directory that "
+            f"`logstream train --out` wrote (the one holding {META_FILE})"
+        )
     meta_path = directory / META_FILE
+    if not meta_path.is_file() and (directory / VERSIONS).is_dir():
+        raise ModelDirError(
+            f"{directory} is a model store, not one model: give one of its versions "
+            f"({directory / VERSIONS}/vNNNN; `logstream models list --store {directory}`)"
+        )
     if not meta_path.is_file():
-        raise ModelDirError(f"{directory} is not a logstream model directory: no {META_FILE}")
+        raise ModelDirError(
+            f"{directory} is not a logstream model directory: no {META_FILE} "
+            "(a model directory is what `logstream train --out` writes)"
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:

@@ -30,6 +30,10 @@ SCORE_SECONDS = Histogram(
 )
 CACHE_BYTES = Gauge("logstream_cache_bytes", "Bytes held by the streams' KV caches.")
 BAD_RECORDS = Counter("logstream_bad_records", "Messages skipped as bad input.", ["kind"])
+MULTILINE_CUT = Counter(
+    "logstream_multiline_cut",
+    "Multi-line events cut at input.multiline max_lines or max_bytes (the rest became another event).",
+)
 DEAD_LETTERS = Counter("logstream_dead_letters", "Bad messages copied to the dead-letter topic.")
 DEAD_LETTER_FAILURES = Counter(
     "logstream_dead_letter_failures",

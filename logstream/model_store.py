@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from logstream.errors import UserError
-from logstream.metadata import content_sha256
+from logstream.metadata import VERSIONS, content_sha256
 
-VERSIONS = "versions"
 LIVE = "live.jsonl"
 LINEAGE = "lineage.json"
 _VERSION = re.compile(r"v(\d{4,})")

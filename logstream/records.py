@@ -22,6 +22,7 @@ class LogRecord:
     timestamp: float | None = None  # event time, unix seconds (a JSON field, else Kafka's)
     labels: tuple[tuple[str, str], ...] = ()  # from the record, for alert routing (input.label_*)
     source_kind: str = ""  # "kafka" (source = topic/partition) | "file" (source = path) | "stdin"
+    last_offset: int | None = None  # a multi-line event (consumers.multiline): its last line's offset
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,8 @@ class Anomaly:
     went quiet where the model expected more (a job that never finished), and "quiet"
     for a source of a stream that stopped logging (logstream.quiet; `line` says which).
     `score` is the surprisal in nats/token plus the level prior; `surprisal` is
-    the bare model number. `top_tokens` are the most surprising tokens with
-    their surprisal, to explain the alert.
+    the bare model number. `top_tokens` are the most surprising BPE tokens with
+    their surprisal (for tools); `explanation` says the same in words, for people.
     """
 
     stream: str
@@ -67,15 +68,20 @@ class Anomaly:
     context_after: tuple[str, ...] = ()  # the stream's next lines, when already at hand
     model_version: str = ""  # when the model was trained (logstream.json created_at)
     labels: tuple[tuple[str, str], ...] = ()  # from the record, for routing (team, namespace ...)
+    # why it scored high, in words: the surprising words and the model's chance of each, as
+    # replay's table says it (`explain.Explanation.summary`; alerts.context.anomalies_of)
+    explanation: str = ""
 
 
 def location(record: LogRecord) -> str:
     """Where a line came from, as a responder would look it up: `topic/partition@offset`
-    for Kafka, `path:line` (1-based, as an editor counts) for a file, else the source."""
+    for Kafka, `path:line` (1-based, as an editor counts) for a file, else the source; a
+    multi-line event names its range (`path:12-40`, `topic/0@7-9`)."""
     if record.offset is None:
         return record.source
+    last = record.last_offset
     if record.source_kind == "kafka":
-        return f"{record.source}@{record.offset}"
+        return f"{record.source}@{record.offset}" + (f"-{last}" if last is not None else "")
     if record.source_kind in ("file", "stdin"):
-        return f"{record.source}:{record.offset + 1}"
+        return f"{record.source}:{record.offset + 1}" + (f"-{last + 1}" if last is not None else "")
     return f"{record.source}#{record.offset}" if record.source else ""

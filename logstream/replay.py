@@ -20,6 +20,11 @@ chunk, the scoring, the report's texts) instead of held, and each scored unit go
 template with their worst and first examples) as it is made. Only `--alerts` keeps one
 object per anomaly (the alerts are routed after the scoring).
 
+With `multiline` (the CLI's `--multiline auto`), the lines of a stack trace are joined as
+the file is read (`consumers.multiline`): the item is the event, scored once, reported at
+its first line with its last beside it (`Unit.last_line`); a labels file still has one
+label per line, and an event is anomalous if any of its lines is.
+
 Lines (not sessions) also pass one `quiet.QuietWatch` for the whole input, across the
 chunks' models: sources that stopped logging are listed (`quiet_sources`) and, with
 `--alerts`, alert as serve's do.
@@ -43,18 +48,20 @@ import numpy as np
 
 from logstream.alerts.context import LineContext
 from logstream.consumers.file import read_file
+from logstream.consumers.multiline import Joined, JoinStats, join_events, joiner_for
+from logstream.consumers.parse import RecordParser
 from logstream.detector import Detector, ScoredLine
 from logstream.evaluation.metrics import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.explain import Explanation
 from logstream.groups import Group, Grouper
 from logstream.inputs import (
-    InputError,
     InputStats,
     Reread,
     Session,
     check_file,
     compile_stream_key,
     line_parser,
+    no_line_to_score,
     read_labels,
     read_records,
     read_sessions,
@@ -63,6 +70,7 @@ from logstream.inputs import (
 )
 from logstream.quiet import QuietWatch
 from logstream.records import Anomaly, LogRecord, Stream
+from logstream.settings import MultilineSettings
 from logstream.train import TrainConfig, Trained, train
 
 TRAIN_FRACTION = 0.5
@@ -89,6 +97,9 @@ class ReplayOptions:
     threshold: float | None = None  # in -log10 p; overrides false_alarm_rate
     alerts: bool = False  # keep the anomalies, as serve hands them off (`ReplayReport.anomalies`)
     quiet_sources: bool = True  # watch for sources that stop logging (serve's `quiet_sources`)
+    # multi-line events (stack traces) joined into one record (`consumers.multiline`); the
+    # CLI's default is auto, this library's off (the benchmarks replay lines as they are)
+    multiline: MultilineSettings = field(default_factory=MultilineSettings)
 
 
 @dataclass(slots=True)
@@ -109,6 +120,7 @@ class Unit:
     novel: bool = False
     chunk: int = 0  # which model scored it (prequential replay)
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
+    last_line: int = 0  # a multi-line event's last line (else `line`)
     template: str | None = None  # the template mined for the line when it was scored
     explanation: Explanation | None = None  # its surprising words (anomalous lines only)
     new_words: tuple[str, ...] = ()  # explained words no earlier line of its stream had (`groups`)
@@ -153,15 +165,15 @@ class ChunkModel:
 
 
 class Columns:
-    """Per scored item, the numbers the metrics and the timeline need, in compact arrays: 42
-    bytes an item and no text, so 200k lines keep 8 MB here. Scores
+    """Per scored item, the numbers the metrics and the timeline need, in compact arrays: 50
+    bytes an item and no text, so 200k lines keep 10 MB here. Scores
     stay float64 so that the metrics are those of the scores themselves."""
 
     def __init__(self) -> None:
         self.score, self.threshold = array("d"), array("d")
         self.label = array("b")  # -1: no label
         self.alert = array("b")  # 1: it alerted (over the threshold, or an operator's "anomaly")
-        self.index, self.line = array("q"), array("q")
+        self.index, self.line, self.last_line = array("q"), array("q"), array("q")
         self.stream = array("i")  # number in `streams`
         self.at = array("i")  # Unit.at
         self.streams: dict[str, int] = {}  # stream name -> number, in order of first item
@@ -173,6 +185,7 @@ class Columns:
         self.alert.append(u.is_anomaly)
         self.index.append(u.index)
         self.line.append(u.line)
+        self.last_line.append(u.last_line or u.line)
         self.stream.append(self.streams.setdefault(u.stream, len(self.streams)))
         self.at.append(u.at)
 
@@ -210,22 +223,45 @@ class ReplayReport:
     chunks: list[ChunkModel] = field(default_factory=list)
     anomalies: list[Anomaly] = field(default_factory=list)  # with ReplayOptions.alerts, in order
     quiet: list[ScoredLine] = field(default_factory=list)  # sources that stopped logging (logstream.quiet)
+    trained_on_lines: tuple[int, int] | None = None  # auto-train first: the file lines that trained it
+    joins: JoinStats = field(default_factory=JoinStats)  # multi-line events joined
+
+    @property
+    def scored_lines(self) -> tuple[int, int]:
+        """The first and last file line (1-based) of the scored items; (0, 0) when none."""
+        line = self.columns.line
+        return (min(line), max(self.columns.last_line)) if len(line) else (0, 0)
+
+    @property
+    def worst(self) -> tuple[float, int] | None:
+        """The highest score of the replay and its file line (the first such), None when none."""
+        if not len(self.columns):
+            return None
+        scores = self.columns.scores()
+        at = int(np.argmax(scores))
+        return float(scores[at]), int(self.columns.line[at])
 
     def summary(self) -> dict[str, Any]:
         scores, flagged = self.columns.scores(), self.columns.flagged()
+        worst = self.worst
         out: dict[str, Any] = {
             "lines": self.lines,
             "streams": self.streams,
             "unit": self.unit,
             "scored": len(self.columns),
+            "scored_lines": list(self.scored_lines),
+            "trained_on_lines": list(self.trained_on_lines) if self.trained_on_lines else None,
             "anomalies": int((flagged > 0).sum()),
             "threshold": round(self.threshold, 4),
+            "max_score": round(worst[0], 4) if worst else None,
+            "max_score_line": worst[1] if worst else None,
             "score_unit": "-log10 p",
             "false_alarms_per_1000": None,
             "chunks": [c.to_json() for c in self.chunks],
             "lines_per_second": round(self.lines / self.seconds, 1) if self.seconds else None,
             "peak_cache_bytes": self.peak_cache_bytes,
             "bad_input": self.bad_input,
+            "multiline": self.joins.as_dict(),
             "quiet_sources": [quiet_json(q) for q in self.quiet],
         }
         y = self.columns.labels()
@@ -297,8 +333,9 @@ class Tally:
 
 
 def _row(u: Unit) -> dict[str, Any]:
-    """The `--out` row: `line` is 1-based in the input file, `index` the 0-based item."""
-    return {"line": u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
+    """The `--out` row: `line` (to `last_line`, a multi-line event) is 1-based in the input
+    file, `index` the 0-based item."""
+    return {"line": u.line, "last_line": u.last_line or u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
             "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly,
             "surprisal": round(u.surprisal, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
@@ -332,9 +369,12 @@ class _Scorer:
         i = first_index
         for batch in _batched(records, LINE_BATCH):
             for scored in self.detector.score(batch):
-                line = scored.record.offset + 1 if scored.record.offset is not None else i + 1
+                record = scored.record
+                line = record.offset + 1 if record.offset is not None else i + 1
                 label = int(labels[i]) if labels is not None else None
-                self.tally.add(self._unit(scored, scored, label, i, line))
+                unit = self._unit(scored, scored, label, i, line)
+                unit.last_line = record.last_offset + 1 if record.last_offset is not None else line
+                self.tally.add(unit)
                 i += 1
             for quiet in self.detector.quiet_sources(self.tally.watch, batch):
                 self.tally.add_quiet(quiet, self.detector.anomaly(quiet))
@@ -413,6 +453,7 @@ class ReplayInput:
     numbers: Sequence[int] = ()  # sessions: each one's 1-based line in the file
     source: Callable[[], Iterator[LogRecord]] | None = None  # the file's records, read again
     count: int = 0  # items (with `source`: counted when the input was checked)
+    joins: JoinStats = field(default_factory=JoinStats)  # multi-line events (counted with `count`)
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.items)
@@ -440,12 +481,20 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
     # without --stream-key, the streams the model was trained on (a forgotten key would put
     # every line into one `default` stream)
     saved = detector.meta.get("stream_key") if detector is not None else None
-    parser = line_parser(options.stream_key or saved)
+    parser = line_parser(options.stream_key or saved, multiline=options.multiline)
     # the count, and the bad input once only; no event times, which only scoring reads
-    count = sum(1 for _ in read_file(options.input, parser, stats))
+    joins = JoinStats()
+    count = lines = 0
+    for joined in _events(options.input, parser, stats, joins):
+        count += 1
+        lines += len(joined.members)
     if not count:
-        raise InputError(f"{options.input}: no line to score ({stats.as_dict()} skipped)")
-    labels = np.array(read_labels(options.labels, count), dtype=np.int8) if options.labels else None
+        raise no_line_to_score(options.input, stats)
+    labels = None
+    if options.labels is not None:
+        by_line = np.array(read_labels(options.labels, lines), dtype=np.int8)
+        # a multi-line event is anomalous if any of its lines is
+        labels = by_line if lines == count else _event_labels(options.input, parser, by_line)
     return ReplayInput(
         [],
         labels,
@@ -453,7 +502,20 @@ def load_replay_input(options: ReplayOptions) -> ReplayInput:
         detector,
         source=lambda: read_records(options.input, Reread(), parser),
         count=count,
+        joins=joins,
     )
+
+
+def _events(
+    path: Path, parser: RecordParser, stats: InputStats, joins: JoinStats | None = None
+) -> Iterator[Joined]:
+    """The file's records as joined, each with the numbers of its lines (no event times)."""
+    return join_events(read_file(path, parser, stats), joiner_for(parser.settings, joins))
+
+
+def _event_labels(path: Path, parser: RecordParser, by_line: np.ndarray) -> np.ndarray:
+    """One label per joined record: the highest of its lines' labels."""
+    return np.array([by_line[list(j.members)].max() for j in _events(path, parser, Reread())], dtype=np.int8)
 
 
 def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
@@ -510,7 +572,7 @@ def train_parts(
     if options.auto_train == "first":
         cut = int(n_items * TRAIN_FRACTION)
         baseline = to_streams(options, data, data.slice(0, cut))
-        _, detector = _train_part(baseline, options, progress, f"on items 1-{cut}", None)
+        _, detector = _train_part(baseline, options, progress, f"on the first half ({cut:,} items)", None)
         return [Part(cut, n_items - cut, detector, (0, cut))]
     bounds = chunk_bounds(n_items)
     n = len(bounds) - 1
@@ -541,7 +603,10 @@ def score_parts(
     progress = progress or ReplayProgress()
     started = time.perf_counter()
     sessions = options.format == "sessions"
-    total = sum(len(s.lines) for s in data.items) if sessions else data.count
+    if sessions:  # the bar counts what it scores: these parts' lines
+        total = sum(len(s.lines) for p in parts for s in data.items[p.first : p.first + p.count])
+    else:
+        total = sum(p.count for p in parts)
     progress.phase("scoring lines", total)
     with ExitStack() as stack:
         out = stack.enter_context(options.out.open("w", encoding="utf-8")) if options.out else None
@@ -554,15 +619,52 @@ def score_parts(
             else:
                 scorer.lines(items, part.first, data.labels)
         tally.finish()
-    return ReplayReport(
+    report = ReplayReport(
         columns=tally.columns, patterns=tally.grouper.groups(), lines=tally.scored_lines,
         streams=len(tally.stream_names), threshold=parts[-1].detector.threshold,
         seconds=time.perf_counter() - started,
         peak_cache_bytes=max(part.detector.peak_cache_bytes for part in parts), bad_input=data.stats.as_dict(),
         unit="session" if sessions else "line",
         chunks=[_chunk_model(part, tally.chunk_anomalies[k]) for k, part in enumerate(parts)],
-        anomalies=tally.anomalies, quiet=tally.quiet,
+        anomalies=tally.anomalies, quiet=tally.quiet, joins=data.joins,
     )  # fmt: skip
+    if len(parts) == 1 and parts[0].trained_on is not None and len(tally.columns):
+        report.trained_on_lines = (1, report.scored_lines[0] - 1)  # auto-train first: the lines before
+    return report
+
+
+def plan(options: ReplayOptions, data: ReplayInput, model: str = "") -> str:
+    """What the replay is about to do, in one paragraph for stderr: which lines train a model,
+    which are scored, and how to score them all."""
+    n = data.count
+    first, _ = _line_span(data, 0)
+    _, last = _line_span(data, n - 1)
+    if data.detector is not None:
+        return f"replay: scoring every line ({first:,}-{last:,}) with the model {model or data.detector.model_id}"
+    if options.auto_train == "first":
+        cut, _ = _line_span(data, int(n * TRAIN_FRACTION))
+        return (
+            f"replay: no --model, so lines {first:,}-{cut - 1:,} (the first half) train a model and "
+            f"lines {cut:,}-{last:,} are scored; the first half is not scored. To score every line: "
+            "--auto-train all (each part by a model trained on the lines before it), or --model DIR "
+            "(a model trained on other logs: logstream train)."
+        )
+    end, _ = _line_span(data, chunk_bounds(n)[1])
+    return (
+        f"replay: no --model, --auto-train all: every line is scored; lines {first:,}-{end - 1:,} "
+        "train the first model, which scores them too, and each later part is scored by a model "
+        "trained on the lines before it."
+    )
+
+
+def _line_span(data: ReplayInput, index: int) -> tuple[int, int]:
+    """The first and last file line (1-based) of item `index`."""
+    if data.source is None:
+        return data.numbers[index], data.numbers[index]
+    record = next(data.read(index))
+    if record.offset is None:
+        return index + 1, index + 1
+    return record.offset + 1, (record.last_offset if record.last_offset is not None else record.offset) + 1
 
 
 def unit_texts(data: ReplayInput, columns: Columns) -> Iterator[tuple[int, str, str]]:

@@ -148,6 +148,46 @@ class KafkaSettings(_Section):
         return self
 
 
+MULTILINE_MODES = ("off", "auto", "start", "continue")
+
+
+class MultilineSettings(_Section):
+    """Joining the lines of one event (a Java stack trace, a Python traceback) into one record
+    (logstream/consumers/multiline.py).
+
+    `auto` knows Java traces (`at ...`, `Caused by:`, `... N more`), Python tracebacks and
+    indented continuation lines; `start` begins an event at each line matching `pattern`
+    (every other line continues it); `continue` joins each line matching `pattern` to the
+    event before it. Patterns run with RE2 and search the line (anchor them with `^`).
+    Off by default in serve: a Kafka message is usually one event already (a log shipper
+    joined it), and joining there cannot span two fetches (docs/serve.md). `logstream
+    replay`, `tail` and `train` read files and stdin, where it is on (`--multiline auto`).
+    """
+
+    mode: Literal["off", "auto", "start", "continue"] = "off"
+    pattern: str | None = None
+    # An event is cut (and counted) at this many lines or bytes; the rest starts another one.
+    max_lines: int = Field(default=200, gt=1)
+    max_bytes: int = Field(default=16_384, gt=0)
+    # A followed file or stdin: an event is complete once no line came for this long.
+    flush_seconds: float = Field(default=0.5, gt=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_safe(value)  # RE2: runs on every untrusted line
+        return value
+
+    @model_validator(mode="after")
+    def _pattern_for_its_mode(self) -> MultilineSettings:
+        if self.mode in ("start", "continue") and not self.pattern:
+            raise ValueError(f"multiline mode {self.mode} needs a pattern")
+        if self.mode in ("off", "auto") and self.pattern:
+            raise ValueError(f"multiline mode {self.mode} takes no pattern (use start or continue)")
+        return self
+
+
 class InputSettings(_Section):
     """How a message becomes a LogRecord: its format and its stream key.
 
@@ -174,6 +214,8 @@ class InputSettings(_Section):
     # format json: the field with the event time (RFC 3339 or unix s/ms); alerts start at it.
     # Without it (or when a record lacks it) Kafka's message timestamp is used.
     timestamp_field: str | None = None
+    # Multi-line events (stack traces) joined into one record; off for Kafka (see the class).
+    multiline: MultilineSettings = MultilineSettings()
 
     @field_validator("stream_regex")
     @classmethod

@@ -68,6 +68,7 @@ def anomaly(
         template_id=template_id,
         template=template_text(template_id),
         top_tokens=(("failed", 8.5), ("sda1", 6.0)),
+        explanation="the model's chance of 'failed' here: 1 in 4,914; 'sda1' here: 1 in 403",
         source="test",
         offset=1,
         model_id="tiny-test-model",

@@ -89,15 +89,15 @@ def test_generic_webhook_is_alertmanager_webhook_v4(tmp_path: Path) -> None:
 
 
 def test_slack_text_from_logs_is_escaped(tmp_path: Path) -> None:
-    """`<!channel>`, `<!here>` and `<https://evil|Reset>` in a log line, a token or the model
-    id reach Slack escaped (`&lt;` `&gt;` `&amp;`) in every mrkdwn field and the fallback text."""
+    """`<!channel>`, `<!here>` and `<https://evil|Reset>` in a log line, its explanation or the
+    model id reach Slack escaped (`&lt;` `&gt;` `&amp;`) in every mrkdwn field and the fallback text."""
     hostile = "ERROR <!channel> <!here> <https://evil.example|Reset your password> & more"
     clock = FakeClock()
     with Receiver() as slack:
         doc = {"name": "slack", "slack_configs": [{"api_url": slack.url + "/services/T/B/X"}]}
         config = load_config(write_routes(tmp_path, [doc]))
         outbox = Outbox(config.delivery.outbox, config, clock=clock)
-        bad = replace(anomaly(line=hostile), top_tokens=(("<!here>", 9.0),), model_id="<!channel>")
+        bad = replace(anomaly(line=hostile), explanation="'<!here>' here: 1 in 9", model_id="<!channel>")
         outbox.put([bad])
         assert drain(outbox, timeout=10, clock=clock) == 0
         (message,) = (r.body for r in slack.ok())

@@ -179,7 +179,9 @@ def test_alerts_check_needs_no_secrets_and_lists_every_problem(tmp_path: Path) -
     assert "more)" not in bad.stderr
 
 
-def test_serve_check_also_checks_the_routes_file_without_secrets(tmp_path: Path) -> None:
+def test_serve_check_also_checks_the_routes_file_without_secrets(
+    synthetic_model_dir: Path, tmp_path: Path
+) -> None:
     """`serve --check` with sink kind alerts loads the routes file too: unresolvable secrets
     pass (not needed to check), a wrong receiver fails with one line and exit 2."""
     routes = write_routes(tmp_path, [{"name": "team", "webhook_configs": [{"url": "${NOT_SET_ANYWHERE}"}]}])
@@ -187,7 +189,7 @@ def test_serve_check_also_checks_the_routes_file_without_secrets(tmp_path: Path)
     config.write_text(
         yaml.safe_dump(
             {
-                "model": {"dir": str(tmp_path / "m")},
+                "model": {"dir": str(synthetic_model_dir)},
                 "kafka": {"topics": ["t"]},
                 "sink": {"kind": "alerts", "routes": str(routes)},
             }

@@ -157,3 +157,25 @@ def test_secret_file_must_be_an_absolute_regular_file(tmp_path: Path) -> None:
     path = _edited(tmp_path, {"receivers": [{"name": "team", "webhook_configs": [{"url": "file:hook-url"}]}]})
     with pytest.raises(AlertConfigError, match="secret file must be an absolute path"):
         load_config(path)
+
+
+@pytest.mark.parametrize("routes", sorted((REPO / "configs").glob("alerts*.yaml")), ids=lambda p: p.name)
+def test_the_example_routes_page_only_on_critical(routes: Path) -> None:
+    """In the shipped routes files only a critical anomaly reaches a paging receiver
+    (PagerDuty, Alertmanager): a warning goes to chat or a webhook at most, whatever its
+    stream or team; a critical one on a production stream does page (configs/alerts.yaml)."""
+    from logstream.alerts.routing import route
+
+    config = load_config(routes, secrets=False)
+    paging = {r.name for r in config.receivers if r.pagerduty_configs or r.alertmanager_configs}
+
+    def receivers(severity: str, stream: str, team: str) -> set[str]:
+        labels = {"stream": stream, "severity": severity, "kind": "line", "level": "error", "template": "0" * 12,
+                  "source": "logs/0", "model_id": "m", "team": team, "namespace": ""}  # fmt: skip
+        return {match.receiver for match in route(config, labels, score=99.0)}
+
+    streams, teams = ("prod-api", "prod-db-1", "dev-web", "default"), ("storage", "payments", "")
+    assert not any(receivers("warning", s, t) & paging for s in streams for t in teams)
+    assert bool(receivers("critical", "prod-api", "")) and (
+        not paging or receivers("critical", "prod-api", "") & paging
+    )

@@ -43,7 +43,7 @@ def test_burst_of_one_incident_is_one_alert(tmp_path: Path) -> None:
     assert alert["annotations"]["first_line"] == "ERROR disk failed 0"
     assert alert["annotations"]["last_line"] == "ERROR disk failed 999"
     assert alert["annotations"]["model_id"] == "tiny-test-model"
-    assert "failed" in alert["annotations"]["top_tokens"]
+    assert alert["annotations"]["explanation"].startswith("the model's chance of 'failed' here")
 
 
 def test_ongoing_incident_repeats_only_after_repeat_interval(tmp_path: Path) -> None:

@@ -366,17 +366,20 @@ def test_rendered_serve_config_validates(
 
 
 def test_serve_check_accepts_the_rendered_config(
-    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
+    helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path, synthetic_model_dir: Path
 ) -> None:
     """`logstream serve --config <the ConfigMap's serve.yaml> --check`, as the pod runs it, exits 0;
-    --check also reads the mounted routes file (without its secrets, which are not here)."""
+    --check also reads the mounted routes file (without its secrets, which are not here) and
+    loads the model the model volume holds (here a test model in its place)."""
     objects = render(helm, [ALL_FEATURES])
     config = tmp_path / "serve.yaml"
     routes = tmp_path / "alerts.yaml"
     data = config_map(objects)["data"]
     routes.write_text(data["alerts.yaml"], encoding="utf-8")
     serve_yaml = data["serve.yaml"].replace("/etc/logstream/config/alerts.yaml", str(routes))
-    assert str(routes) in serve_yaml
+    model = next(m for m in container(objects)["volumeMounts"] if m["name"] == "model")["mountPath"]
+    serve_yaml = serve_yaml.replace(f"dir: {model}", f"dir: {synthetic_model_dir}")
+    assert str(routes) in serve_yaml and str(synthetic_model_dir) in serve_yaml
     config.write_text(serve_yaml, encoding="utf-8")
     args = [
         arg.replace("/etc/logstream/config/serve.yaml", str(config)) for arg in container(objects)["args"]

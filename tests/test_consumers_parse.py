@@ -69,6 +69,8 @@ def test_stream_falls_back_to_default(settings: dict, value: bytes, key: bytes |
     ("value", "settings", "kind"),
     [
         (b"\xff\xfe bad bytes", {}, "undecodable"),
+        (b"core \x00\x01 dump", {}, "binary"),
+        (b'{"message": "a \\u0000 b"}', {"format": "json"}, "binary"),  # a NUL once decoded too
         (b"x" * 65, {"max_message_bytes": 64}, "oversized"),
         (b"{not json", {"format": "json"}, "bad_json"),
         (b"[1, 2]", {"format": "json"}, "bad_json"),

@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = tuple(
-    ".".join(p.parent.relative_to(ROOT).parts) for p in sorted(ROOT.joinpath("logstream").rglob("__init__.py"))
+    ".".join(p.parent.relative_to(ROOT).parts)
+    for p in sorted(ROOT.joinpath("logstream").rglob("__init__.py"))
 )
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {

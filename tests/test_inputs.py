@@ -95,15 +95,18 @@ def test_deeply_nested_session_json_is_counted_and_skipped(tmp_path: Path) -> No
     assert stats.as_dict() == {"bad_session_json": 2}
 
 
-def test_nul_byte_after_the_first_8_kb_is_scored_as_serve_scores_it(tmp_path: Path) -> None:
-    """A NUL byte past the binary sniff (first 8 KB) is valid UTF-8: its line is kept, as
-    serve keeps such a message (only the start of a file is sniffed for binary)."""
+@pytest.mark.parametrize("at", [0, 1_000, 2_000])
+def test_a_nul_byte_is_a_bad_line_wherever_it_is(tmp_path: Path, at: int) -> None:
+    """A line holding a NUL byte is counted as `binary` and skipped, on the first line as in
+    the middle or at the end: the rest of the file is scored (no file-level refusal)."""
+    lines = [b"ok line %d" % i for i in range(2_001)]
+    lines[at] = b"bad \x00 line"
     path = tmp_path / "x.log"
-    path.write_bytes(b"ok line\n" * 2_000 + b"bad \x00 line\n" + b"last\n")
+    path.write_bytes(b"\n".join(lines) + b"\n")
     stats = InputStats()
-    lines = read_lines(path, stats)
-    assert len(lines) == 2_002 and lines[-2:] == ["bad \x00 line", "last"]
-    assert stats.as_dict() == {}
+    kept = read_lines(path, stats)
+    assert len(kept) == 2_000 and "bad \x00 line" not in kept
+    assert stats.as_dict() == {"binary": 1}
 
 
 def test_nul_byte_in_a_session_record_is_counted_and_skipped(tmp_path: Path) -> None:

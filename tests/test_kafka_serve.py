@@ -581,3 +581,38 @@ def test_bad_config_fails_at_start_with_one_line(
     assert stderr.startswith("error: ")
     assert expected in stderr
     assert "Traceback" not in stderr
+
+
+TRACE = [  # one Java exception, sent as one message per line (a shipper that does not join)
+    "2026-11-02T09:00:05.000Z worker-1 ERROR job 8629: failed queue=batch",
+    "java.lang.IllegalStateException: inventory service returned 503",
+    "\tat com.example.orders.InventoryClient.reserve(InventoryClient.java:88)",
+    "Caused by: java.net.SocketTimeoutException: Read timed out",
+    "\t... 12 more",
+]
+
+
+def test_input_multiline_joins_a_trace_interleaved_with_other_streams(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """With `input.multiline.mode: auto`, a trace sent one line per message, keyed by its
+    stream and interleaved with other streams' messages, is scored as one record: the audit
+    log holds its first message's offset and none of its other lines', the other streams'
+    messages are scored each, and every offset is committed."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    messages = [m for m in normal_lines(40, seed=12) if m[0] != b"worker-1"][:30]
+    at = [10 + 2 * k for k in range(len(TRACE))]  # a message of another stream between each
+    for k, line in zip(at, TRACE, strict=True):
+        messages.insert(k, (b"worker-1", line.encode()))
+    placed = asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
+    serve = Serve(
+        tmp_path, kafka_broker, synthetic_model_dir, topic, group, input={"multiline": {"mode": "auto"}}
+    )
+    serve.start()
+    wait_for(serve.ready, "serve ready")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "all offsets committed")
+    assert serve.terminate() == 0
+    audited = serve.audited()
+    trace = [(f"{topic}/0", placed[k][1]) for k in at]
+    assert trace[0] in audited and not set(trace[1:]) & audited
+    assert len(audited) == len(messages) - (len(TRACE) - 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
+import pytest
 from alerts_support import webhook, write_routes
 from http_receivers import Receiver
 
@@ -58,37 +61,60 @@ def run_on_stdin(model: Path, data: bytes, *args: str) -> subprocess.CompletedPr
 
 
 class Tailing:
-    """A running `logstream tail` whose stdout lines are collected by a thread."""
+    """A running `logstream tail` whose stdout and stderr lines are collected by threads."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
         self.process = process
         self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.errors: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(process.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._read, args=(process.stderr, self.errors), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
+    @staticmethod
+    def _read(stream: IO[str] | None, into: list[str]) -> None:
+        assert stream is not None
+        for line in stream:
+            into.append(line.rstrip("\n"))
 
-    def wait_for(self, predicate: Callable[[str], bool], timeout: float = RUN_TIMEOUT) -> str:
-        """The first stdout line matching `predicate`, polled until `timeout` (bounded)."""
+    def wait_for(
+        self, predicate: Callable[[str], bool], timeout: float = RUN_TIMEOUT, stderr: bool = False
+    ) -> str:
+        """The first stdout (or stderr) line matching `predicate`, polled until `timeout` (bounded)."""
+        lines = self.errors if stderr else self.lines
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
-            found = next((line for line in list(self.lines) if predicate(line)), None)
+            found = next((line for line in list(lines) if predicate(line)), None)
             if found is not None:
                 return found
             time.sleep(0.05)
-        found = next((line for line in list(self.lines) if predicate(line)), None)
-        assert found is not None, f"no such line; stdout so far: {self.lines[-5:]}, rc {self.process.poll()}"
+        found = next((line for line in list(lines) if predicate(line)), None)
+        assert found is not None, f"no such line; so far: {lines[-5:]}, rc {self.process.poll()}"
         return found
+
+    def append_until_printed(self, path: Path, line: Callable[[int], str], tries: int = 60) -> str:
+        """Append `line(k)` for k = 0, 1, ... (one each 2 seconds at most) until tail prints one
+        of them; the printed line. For a tail that scores every line (`--threshold 0`): what
+        it prints shows it reads the file by then."""
+        for k in range(tries):
+            append(path, [line(k)])
+            marker = line(k).split()[-1]
+            try:
+                return self.wait_for(lambda printed, m=marker: m in printed, timeout=2.0)
+            except AssertionError:
+                continue
+        raise AssertionError(f"nothing printed after {tries} lines; stderr: {self.errors[-5:]}")
 
     def interrupt(self) -> tuple[int, str]:
         """SIGINT, then the exit code and stderr (bounded wait)."""
         self.process.send_signal(signal.SIGINT)
-        _, stderr = self.process.communicate(timeout=RUN_TIMEOUT)
-        self._reader.join(10)
-        return self.process.returncode, stderr
+        self.process.wait(timeout=RUN_TIMEOUT)
+        for reader in self._readers:
+            reader.join(10)
+        return self.process.returncode, "\n".join(self.errors)
 
 
 @contextmanager
@@ -102,7 +128,7 @@ def tailing(model: Path, *args: str) -> Iterator[Tailing]:
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate(timeout=30)
+            process.wait(timeout=30)
 
 
 def append(path: Path, lines: list[str]) -> None:
@@ -118,7 +144,7 @@ def test_growing_file_prints_the_anomaly_and_stops_on_sigint(
     path = tmp_path / "app.log"
     path.write_text("")
     lines = incident_log()
-    with tailing(synthetic_model_dir, str(path)) as tail:
+    with tailing(synthetic_model_dir, str(path), "--from-start") as tail:
         append(path, lines[:100])
         append(path, lines[100:])
         printed = tail.wait_for(lambda line: INCIDENT in line)
@@ -168,7 +194,7 @@ def test_rotated_file_keeps_being_followed(synthetic_model_dir: Path, tmp_path: 
     path = tmp_path / "app.log"
     first, second = incident_log(seed=5), incident_log(seed=6)
     path.write_text("")
-    with tailing(synthetic_model_dir, str(path), "--json") as tail:
+    with tailing(synthetic_model_dir, str(path), "--json", "--from-start") as tail:
         append(path, first)
         tail.wait_for(lambda line: INCIDENT in line)
         path.rename(tmp_path / "app.log.1")
@@ -180,13 +206,16 @@ def test_rotated_file_keeps_being_followed(synthetic_model_dir: Path, tmp_path: 
     assert rc == 0, stderr
 
 
-def test_alerts_reach_a_webhook(synthetic_model_dir: Path, tmp_path: Path) -> None:
-    """With --alerts, the anomaly is routed through the outbox to a real webhook receiver,
-    delivered before the run ends, and its alert starts at the log line's own time."""
+@pytest.fixture(scope="module")
+def paged(
+    synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[str], dict[str, Any]]:
+    """`logstream tail - --alerts ROUTES` on the incident log, delivering to a real webhook
+    receiver on 127.0.0.1: (the lines, the firing alert about the incident)."""
+    tmp = tmp_path_factory.mktemp("paged")
     lines = incident_log()
-    incident = next(x for x in lines if INCIDENT in x)
     with Receiver() as receiver:
-        routes = write_routes(tmp_path, [webhook("hook", receiver.url)])
+        routes = write_routes(tmp, [webhook("hook", receiver.url)])
         done = run_on_stdin(
             synthetic_model_dir, "".join(x + "\n" for x in lines).encode(), "--alerts", str(routes)
         )
@@ -195,10 +224,54 @@ def test_alerts_reach_a_webhook(synthetic_model_dir: Path, tmp_path: Path) -> No
             alert
             for request in receiver.ok()
             for alert in request.body["alerts"]
-            if INCIDENT in json.dumps(alert["annotations"])
+            if alert["status"] == "firing" and INCIDENT in json.dumps(alert["annotations"])
         ]
     assert firing, f"no alert about the incident; requests: {len(receiver.requests)}"
-    assert firing[0]["startsAt"] == rfc3339(line_time(incident) or 0.0)
+    return lines, firing[0]
+
+
+def test_alerts_reach_a_webhook(paged: tuple[list[str], dict[str, Any]]) -> None:
+    """With --alerts, the anomaly is routed through the outbox to a real webhook receiver,
+    delivered before the run ends, and its alert starts at the log line's own time."""
+    lines, alert = paged
+    incident = next(x for x in lines if INCIDENT in x)
+    assert alert["startsAt"] == rfc3339(line_time(incident) or 0.0)
+
+
+def test_the_alert_explains_in_replay_s_words(
+    paged: tuple[list[str], dict[str, Any]], synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """The payload's `explanation` is the sentence `logstream replay` gives the same line with
+    the same model (the surprising words and the model's chance of each), not BPE tokens."""
+    lines, alert = paged
+    path = tmp_path / "app.log"
+    append(path, lines)
+    scores = tmp_path / "scores.jsonl"
+    replayed = subprocess.run(
+        [sys.executable, "-m", "logstream", "replay", str(path), "--model", str(synthetic_model_dir),
+         "--stream-key", STREAM_KEY, "--out", str(scores), "--json"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    row = next(json.loads(x) for x in scores.read_text().splitlines() if INCIDENT in x)
+    annotations = alert["annotations"]
+    assert annotations["explanation"] == row["explanation"]["summary"]
+    assert "top_tokens" not in annotations
+
+
+def test_the_alert_carries_the_template_text_and_short_stable_labels(
+    paged: tuple[list[str], dict[str, Any]],
+) -> None:
+    """The template is in the annotations as text; the labels are short values that stay the same
+    for the incident: the template label is a 12-digit hash, and the model version and the
+    source (which change with a promote or a partition) are annotations, not labels."""
+    _, alert = paged
+    labels, annotations = alert["labels"], alert["annotations"]
+    assert INCIDENT in annotations["template"]
+    assert re.fullmatch(r"[0-9a-f]{12}", labels["template"])
+    assert "model_id" not in labels and "source" not in labels
+    assert annotations["model_id"].startswith("model@") and annotations["source"].startswith("stdin:")
+    assert max(len(value) for value in labels.values()) <= 16
 
 
 def test_once_reads_files_to_their_end_and_exits(synthetic_model_dir: Path, tmp_path: Path) -> None:
@@ -213,3 +286,143 @@ def test_once_reads_files_to_their_end_and_exits(synthetic_model_dir: Path, tmp_
     assert done.returncode == 0, done.stderr.decode()
     assert f"{first}:" in done.stdout.decode() and INCIDENT in done.stdout.decode()
     assert f"tail: {301 + 51} lines scored" in done.stderr.decode()
+
+
+def probe(k: int) -> str:
+    """A line the model has never seen, ending in a unique word (`probe00007`)."""
+    return f"2026-11-02T09:00:{k % 60:02d}.000Z web-1 INFO deploy: canary probe{k:05d}"
+
+
+@pytest.fixture(scope="module")
+def from_the_end(
+    synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[str], Tailing, str]:
+    """`logstream tail FILE --threshold 0` on a file that already holds 300 lines (an incident
+    among them), then probes appended until one is printed: (path, the file's lines, the
+    finished run, the printed probe). At threshold 0 every scored line is printed."""
+    path = tmp_path_factory.mktemp("tail-end") / "app.log"
+    history = incident_log()
+    append(path, history)
+    with tailing(synthetic_model_dir, str(path), "--threshold", "0") as tail:
+        tail.wait_for(lambda line: line.startswith("tail: following"), stderr=True)
+        printed = tail.append_until_printed(path, probe)
+        rc, _ = tail.interrupt()
+    assert rc == 0, tail.errors
+    return path, history, tail, printed
+
+
+def test_tail_starts_at_the_end_of_a_file(from_the_end: tuple[Path, list[str], Tailing, str]) -> None:
+    """Without --from-start tail scores only what is written after it started, as tail -F:
+    none of the file's 300 earlier lines (its incident included) is printed."""
+    path, history, tail, _ = from_the_end
+    numbers = [
+        int(m.group(1)) for line in tail.lines if (m := re.search(rf"{re.escape(str(path))}:(\d+)", line))
+    ]
+    assert numbers and min(numbers) > len(history)
+    assert not any(INCIDENT in line for line in tail.lines)
+
+
+def test_tail_numbers_lines_from_the_end_as_the_file_does(
+    from_the_end: tuple[Path, list[str], Tailing, str],
+) -> None:
+    """Started at the end, tail still names a line by its number in the file."""
+    path, _, _, printed = from_the_end
+    lines = path.read_text().splitlines()
+    marker = printed.split()[-1]
+    number = next(i for i, line in enumerate(lines, start=1) if line.endswith(marker))
+    assert f"{path}:{number}:" in printed
+
+
+def test_tail_says_what_it_follows_with_which_model_and_threshold(
+    from_the_end: tuple[Path, list[str], Tailing, str], synthetic_model_dir: Path
+) -> None:
+    """The start line on stderr names the input and where it starts, the model and its version,
+    and the threshold."""
+    path, _, tail, _ = from_the_end
+    start = next(line for line in tail.errors if line.startswith("tail: following"))
+    meta = json.loads((synthetic_model_dir / "logstream.json").read_text())
+    assert f"{path} (from its end; --from-start reads it all)" in start
+    assert (
+        f"model {synthetic_model_dir} (model@{meta['data_sha256'][:12]}, trained {meta['created_at']})"
+        in start
+    )
+    assert "alerts above score 0.00" in start
+
+
+def test_from_start_reads_what_the_file_holds(synthetic_model_dir: Path, tmp_path: Path) -> None:
+    """--from-start scores the file's lines from its first: the incident already in it is printed."""
+    path = tmp_path / "app.log"
+    lines = incident_log()
+    append(path, lines)
+    with tailing(synthetic_model_dir, str(path), "--from-start") as tail:
+        printed = tail.wait_for(lambda line: INCIDENT in line)
+        rc, _ = tail.interrupt()
+    assert rc == 0 and f"{path}:{lines.index(next(x for x in lines if INCIDENT in x)) + 1}" in printed
+
+
+def test_tail_follows_a_model_store_through_a_promote(synthetic_model_dir: Path, tmp_path: Path) -> None:
+    """--model STORE scores with the live version, names it at start, and switches to the next
+    live version when `models promote` changes it, without a restart."""
+    from logstream import model_store
+
+    store = tmp_path / "store"
+    first = model_store.add(store, synthetic_model_dir)
+    second = model_store.add(store, synthetic_model_dir)
+    model_store.promote(store, first)
+    path = tmp_path / "app.log"
+    path.write_text("")
+    with tailing(store, str(path), "--json", "--threshold", "0") as tail:
+        start = tail.wait_for(lambda line: line.startswith("tail: following"), stderr=True)
+        assert f"model store {store}, live version {first}" in start
+        assert json.loads(tail.append_until_printed(path, probe))["model_id"].startswith(f"{first}@")
+        model_store.promote(store, second)
+        ids = []
+        for k in range(30):  # the store is polled every 5 s: a probe a second sees the switch
+            printed = tail.append_until_printed(path, lambda j, k=k: probe(100 + 60 * k + j))
+            ids.append(json.loads(printed)["model_id"])
+            if ids[-1].startswith(f"{second}@"):
+                break
+        rc, _ = tail.interrupt()
+    assert rc == 0 and ids[-1].startswith(f"{second}@")
+
+
+HOSTILE = [
+    "2026-11-02T09:00:00.000Z web-1 ERROR \x1b]0;you have been pwned\x07 title set",
+    "2026-11-02T09:00:01.000Z web-1 ERROR \x1b[2J\x1b[H screen cleared",
+    "2026-11-02T09:00:02.000Z web-1 ERROR \x1b]8;;http://evil.example/\x1b\\click here\x1b]8;;\x1b\\ to log in",
+]
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
+
+
+def test_tail_escapes_control_sequences_from_log_lines(synthetic_model_dir: Path) -> None:
+    """Lines carrying a window-title, a screen-clear and a disguised-link sequence are printed
+    with the sequences escaped: stdout holds no control character a terminal would obey."""
+    data = "".join(x + "\n" for x in [*incident_log(n=40), *HOSTILE]).encode()
+    done = run_on_stdin(synthetic_model_dir, data, "--threshold", "0")
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert UNSAFE.search(out) is None
+    assert "\\x1b]0;you have been pwned\\x07" in out and "\\x1b[2J" in out and "\\x1b]8;;http" in out
+
+
+TRACE = [
+    "2026-11-02T09:00:05.000Z worker-1 ERROR job 8629: failed queue=batch",
+    "java.lang.IllegalStateException: inventory service returned 503",
+    "\tat com.example.orders.InventoryClient.reserve(InventoryClient.java:88)",
+    "Caused by: java.net.SocketTimeoutException: Read timed out",
+    "\t... 12 more",
+]
+
+
+def test_tail_prints_a_stack_trace_as_one_anomaly(synthetic_model_dir: Path) -> None:
+    """A trace under the error line that logged it is scored once: one anomaly, located at
+    the range of its lines, its frames printed indented under its first line."""
+    before = incident_log(n=40)
+    lines = [*before, *TRACE, incident_log(seed=9, n=1)[0]]
+    done = run_on_stdin(synthetic_model_dir, "".join(x + "\n" for x in lines).encode(), "--threshold", "0")
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode().splitlines()
+    head = next(i for i, line in enumerate(out) if line.endswith(TRACE[0]))
+    assert f"stdin:{len(before) + 1}-{len(before) + len(TRACE)}: {TRACE[0]}" in out[head]
+    assert out[head + 1 : head + len(TRACE)] == [f"    {line}" for line in TRACE[1:]]
+    assert "1 multi-line events of 5 lines (0 cut)" in done.stderr.decode()

@@ -124,4 +124,6 @@ def test_a_calibration_round_trips_through_json() -> None:
     calibration = fit_heldout(ScoringConfig(), heldout(np.random.default_rng(4)))
     loaded = Calibration.from_json(calibration.to_json())
     for surprisal, level in ((0.2, None), (3.0, "warning"), (9.0, "critical")):
-        assert loaded.line_score(surprisal, level) == pytest.approx(calibration.line_score(surprisal, level), abs=1e-4)
+        assert loaded.line_score(surprisal, level) == pytest.approx(
+            calibration.line_score(surprisal, level), abs=1e-4
+        )

@@ -39,7 +39,6 @@ class Alert:
     last_seen: float
     notified_at: float
     ended_at: float | None
-    top_tokens: list[tuple[str, float]]
     model_id: str
     max_score: float
     threshold: float
@@ -53,6 +52,7 @@ class Alert:
     model_version: str = ""
     examples: list[str] | tuple[str, ...] = ()  # first line of each distinct alert
     links: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()  # (name, url)
+    explanation: str = ""  # why its first line scored high, in words (replay's table says the same)
 
     @classmethod
     def of(cls, group: Group, status: str, resolve_timeout: float, links: Sequence[Link] = ()) -> Alert:
@@ -83,7 +83,6 @@ class Alert:
             last_seen=group.last_seen,
             notified_at=group.last_notified or group.last_seen,
             ended_at=group.last_seen + resolve_timeout if status == "resolved" else None,
-            top_tokens=[(t, s) for t, s in group.top_tokens],
             model_id=group.model_id,
             max_score=group.max_score,
             threshold=group.threshold,
@@ -96,6 +95,7 @@ class Alert:
             model_version=group.model_version,
             examples=list(group.examples),
             links=render_links(links, group.runbook_url, variables),
+            explanation=group.explanation,
         )
 
     @property
@@ -105,7 +105,7 @@ class Alert:
     @property
     def summary(self) -> str:
         """One line: what, where, how many (PagerDuty's summary, Slack's fallback text)."""
-        line = self.first_line.strip()
+        line = self.first_line.strip().split("\n", 1)[0]  # a multi-line event: its head line
         if len(line) > SUMMARY_LINE_CHARS:
             line = line[: SUMMARY_LINE_CHARS - 1] + "…"
         lines = "line" if self.count == 1 else "lines"
@@ -118,7 +118,7 @@ class Alert:
     @classmethod
     def from_json(cls, text: str) -> Alert:
         data: dict[str, Any] = json.loads(text)
-        data["top_tokens"] = [(str(t), float(s)) for t, s in data["top_tokens"]]
+        data.pop("top_tokens", None)  # BPE tokens, in rows that have them: `explanation` says it in words
         data["links"] = [(str(n), str(u)) for n, u in data.get("links", ())]
         data.setdefault("starts_at", data["first_seen"])
         return cls(**data)

@@ -80,7 +80,6 @@ def channels(config: AlertsConfig) -> dict[str, Channel]:
 
 def _annotations(alert: Alert) -> dict[str, str]:
     """Everything a responder reads first; empty ones are left out (annotations are text)."""
-    tokens = ", ".join(f"{t!r} ({s:.1f})" for t, s in alert.top_tokens)
     runbook = next((url for name, url in alert.links if name == RUNBOOK), "")
     notes = {
         "summary": alert.summary,
@@ -94,7 +93,7 @@ def _annotations(alert: Alert) -> dict[str, str]:
         "context_before": "\n".join(alert.context_before),
         "context_after": "\n".join(alert.context_after),
         "event_time": rfc3339(alert.starts_at) if alert.starts_at else "",
-        "top_tokens": tokens,
+        "explanation": alert.explanation,
         "model_id": alert.model_id,
         "model_version": alert.model_version,
         "max_score": f"{alert.max_score:.3f}",
@@ -106,11 +105,18 @@ def _annotations(alert: Alert) -> dict[str, str]:
     return {k: v for k, v in notes.items() if v}
 
 
+# Labels routes and silences see that a sent alert leaves to its annotations: a label is the
+# alert's identity in Alertmanager, and these change without the incident changing (a new
+# model version, a stream moved to another partition; a file path is long).
+ANNOTATION_ONLY = ("model_id", "source")
+
+
 def _labels(alert: Alert) -> dict[str, str]:
-    """alertname, the group's labels and the incident's severity; empty values left out
-    (in Prometheus an empty label is an absent one)."""
+    """alertname, the group's labels and the incident's severity: short values that stay the
+    same for the incident (the template is its 12-digit hash, its text is the `template`
+    annotation); empty values left out (in Prometheus an empty label is an absent one)."""
     labels = {"alertname": ALERTNAME, **alert.labels, "severity": alert.severity}
-    return {k: v for k, v in labels.items() if v}
+    return {k: v for k, v in labels.items() if v and k not in ANNOTATION_ONLY}
 
 
 def _generator_url(alert: Alert) -> str:
@@ -182,7 +188,6 @@ def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
     lines = _slack_lines(alert).replace("```", "'''")
     # the code block's fences take 6 of the section's characters
     code = "```" + _cut_escaped(lines, SLACK_SECTION_CHARS - 6) + "```"
-    tokens = ", ".join(f"`{t.replace('`', chr(39))}` {s:.1f}" for t, s in alert.top_tokens) or "n/a"
     # plain_text is shown as is (no links, no mentions): not escaped, or "&lt;" would show
     header = {"type": "plain_text", "text": _cut(title, SLACK_HEADER_CHARS)}
     score = f"{alert.max_score:.2f} (threshold {alert.threshold:.2f})"
@@ -195,7 +200,7 @@ def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
         f"*Source*\n{slack_escape(alert.location) or 'n/a'}",
         f"*Template*\n{_cut_escaped(alert.template_text, 1000) or 'n/a'}",
     ]
-    context = _cut_escaped(f"Most surprising tokens: {tokens}", SLACK_SECTION_CHARS)
+    context = _cut_escaped(f"Why: {alert.explanation or 'n/a'}", SLACK_SECTION_CHARS)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": header},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},

@@ -33,7 +33,6 @@ from logstream.records import Anomaly
 NEVER = 1e18  # next_eval of a resolved group
 MAX_FINGERPRINTS = 100  # distinct alerts remembered per group (a count keeps growing past it)
 MAX_EXAMPLES = 5  # the first line of each of the first few distinct alerts, shown in the alert
-TOP_TOKENS = 5
 _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
@@ -55,7 +54,6 @@ class Group:
     count: int
     first_line: str
     last_line: str
-    top_tokens: tuple[tuple[str, float], ...]
     model_id: str
     max_score: float
     threshold: float
@@ -75,6 +73,7 @@ class Group:
     model_version: str = ""
     runbook_url: str | None = None  # the route's link template
     examples: tuple[str, ...] = ()  # first line of each distinct alert (up to MAX_EXAMPLES)
+    explanation: str = ""  # why the first anomaly scored high, in words (Anomaly.explanation)
 
     @property
     def dedup_key(self) -> str:
@@ -107,7 +106,6 @@ def absorb(
             count=1,
             first_line=anomaly.line,
             last_line=anomaly.line,
-            top_tokens=tuple(anomaly.top_tokens[:TOP_TOKENS]),
             model_id=anomaly.model_id,
             max_score=anomaly.score,
             threshold=anomaly.threshold,
@@ -122,6 +120,7 @@ def absorb(
             model_version=anomaly.model_version,
             runbook_url=match.runbook_url,
             examples=(anomaly.line,),
+            explanation=anomaly.explanation,
         )
         return replace(fresh, next_eval=now + match.timing.group_wait)
     fps, examples = group.fingerprints, group.examples
@@ -136,7 +135,6 @@ def absorb(
         last_seen=max(group.last_seen, now),
         count=group.count + 1,
         last_line=anomaly.line,
-        top_tokens=_top_tokens(group.top_tokens, anomaly.top_tokens),
         model_id=anomaly.model_id or group.model_id,
         max_score=max(group.max_score, anomaly.score),
         severity=max(group.severity, anomaly.severity, key=lambda s: _SEVERITY_RANK.get(s, 0)),
@@ -202,14 +200,3 @@ def _next_eval_firing(group: Group, resolve_timeout: float | None) -> float:
     if len(group.fingerprints) > group.notified_distinct:
         times.append(last + group.timing.group_interval)
     return min(times)
-
-
-def _top_tokens(
-    held: tuple[tuple[str, float], ...], new: tuple[tuple[str, float], ...]
-) -> tuple[tuple[str, float], ...]:
-    """The most surprising tokens seen in the group, each token once, highest surprisal first."""
-    best: dict[str, float] = {}
-    for token, surprisal in (*held, *new):
-        best[token] = max(surprisal, best.get(token, float("-inf")))
-    ranked = sorted(best.items(), key=lambda item: -item[1])
-    return tuple((t, float(s)) for t, s in ranked[:TOP_TOKENS])

@@ -620,7 +620,7 @@ def _dump_group(group: Group) -> str:
 def _load_group(text: str) -> Group:
     data = json.loads(text)
     data["timing"] = Timing(**data["timing"])
-    data["top_tokens"] = tuple((t, s) for t, s in data["top_tokens"])
+    data.pop("top_tokens", None)  # BPE tokens, in rows that have them: `explanation` says it in words
     for name in ("fingerprints", "context_before", "context_after", "examples"):
         data[name] = tuple(data.get(name, ()))
     return Group(**data)

@@ -60,6 +60,7 @@ def read_file(
     rejects: RejectLog,
     *,
     follow: bool = False,
+    from_end: bool = False,
     poll_seconds: float = 0.25,
     stop: threading.Event | None = None,
 ) -> Iterator[LogRecord]:
@@ -67,7 +68,9 @@ def read_file(
 
     Follow mode yields only complete lines (a half-written last line waits for
     its newline) and reopens the file when it is rotated (new inode) or
-    truncated, reading the new file from its start.
+    truncated, reading the new file from its start. With `from_end` it starts at
+    the end of the file as it is now (`tail -F`): only lines written from then on,
+    numbered as the file's lines (its lines so far are counted once).
     """
     path = Path(path)
     limit = parser.settings.max_message_bytes
@@ -76,16 +79,19 @@ def read_file(
             yield from parse_lines(bounded_lines(handle, limit), str(path), parser, rejects)
         return
     stop = stop or threading.Event()
-    yield from parse_numbered(_follow(path, poll_seconds, stop, limit), str(path), parser, rejects)
+    lines = _follow(path, poll_seconds, stop, limit, from_end)
+    yield from parse_numbered(lines, str(path), parser, rejects)
 
 
 def _follow(
-    path: Path, poll_seconds: float, stop: threading.Event, limit: int
+    path: Path, poll_seconds: float, stop: threading.Event, limit: int, from_end: bool = False
 ) -> Iterator[tuple[int, bytes]]:
     """(line number in the file now open, complete line); numbering restarts with each new file."""
     handle: BinaryIO = path.open("rb")
     pending = b""
     number = 0
+    if from_end:
+        number, pending = _skip_to_end(handle, limit)
     try:
         while not stop.is_set():
             chunk = handle.readline(limit + 1)
@@ -103,6 +109,18 @@ def _follow(
             stop.wait(poll_seconds)
     finally:
         handle.close()
+
+
+def _skip_to_end(handle: BinaryIO, limit: int) -> tuple[int, bytes]:
+    """Read an open file to its end: its complete lines (counted) and the start of a line not
+    yet ended (at most `limit + 1` bytes, as `_follow` keeps of a line)."""
+    number, tail = 0, b""
+    while chunk := handle.read(1 << 20):
+        number += chunk.count(b"\n")
+        end = chunk.rfind(b"\n")
+        tail = chunk[end + 1 :] if end >= 0 else tail + chunk
+        tail = tail[: limit + 1]
+    return number, tail
 
 
 def _replaced(path: Path, handle: BinaryIO) -> bool:

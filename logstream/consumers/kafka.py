@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
+from logstream.consumers.multiline import join_batch, joiner_for
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
 from logstream.metrics import COMMITS, CONSUMER_LAG, DEAD_LETTER_FAILURES, DEAD_LETTERS
 from logstream.records import LogRecord
@@ -143,6 +144,7 @@ class KafkaSource:
         self.parser = parser
         self.rejects = rejects
         self.listener = listener
+        self.joiner = joiner_for(parser.settings)  # input.multiline; off by default
         self.consumer = group_consumer(settings, settings.group_id)
         self._dead_letters: AIOKafkaProducer | None = None
         self._held: dict[TopicPartition, float] = {}  # dead-letter copy failed: retry after (monotonic)
@@ -205,6 +207,7 @@ class KafkaSource:
                     batch.records.append(parsed)
                 batch.next_offsets[tp] = message.offset + 1
                 batch.messages += 1
+        batch.records = join_batch(batch.records, self.joiner)  # an event never spans two fetches
         return batch
 
     async def _dead_letter(self, tp: TopicPartition, message: Any, rejected: Rejected, source: str) -> bool:

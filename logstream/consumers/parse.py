@@ -1,9 +1,9 @@
 """Raw message -> LogRecord: plain or JSON records, and the stream key.
 
 Every source (Kafka, file, stdin) hands its raw bytes here, so bad input is
-judged the same way everywhere: undecodable bytes, oversized messages, bad
-JSON, a JSON record without its message field, and empty values become a
-`Rejected` with a kind. Rejects are counted and logged once per kind by
+judged the same way everywhere: undecodable bytes, a NUL byte (binary data),
+oversized messages, bad JSON, a JSON record without its message field, and
+empty values become a `Rejected` with a kind. Rejects are counted and logged once per kind by
 `RejectLog`. `parse` never raises: hostile input (JSON nested deeper than the
 recursion limit, a 5,000-digit number) is a `bad_json` reject, and anything
 else a parser can raise on input becomes an `unparsable` reject, so one
@@ -31,7 +31,7 @@ from logstream.records import LogRecord
 from logstream.regex import compile_safe, search_key
 from logstream.settings import InputSettings
 
-REJECT_KINDS = ("undecodable", "oversized", "bad_json", "missing_field", "empty", "unparsable")
+REJECT_KINDS = ("undecodable", "binary", "oversized", "bad_json", "missing_field", "empty", "unparsable")
 
 # What a parser may raise on hostile input (RecursionError: JSON nested past the recursion
 # limit; ValueError: a 5,000-digit JSON number; UnicodeError: lone surrogates; the rest: a value
@@ -129,6 +129,10 @@ class RecordParser:
             if not isinstance(message, str):
                 return Rejected("missing_field", f"no string at {self.settings.message_field!r}")
             text = _valid_utf8(message)
+        if "\x00" in text:  # wherever it is: a text log has none (a core dump, a JSON "\u0000")
+            return Rejected(
+                "binary", f"a NUL byte at character {text.index(chr(0))}: binary data, not a log line"
+            )
         line = " ".join(text.rstrip().splitlines())
         if not line.strip():
             return Rejected("empty", "blank message")
