@@ -42,6 +42,7 @@ from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
     from logstream.alerts.config import AlertsConfig
+    from logstream.feedback import FeedbackRules
     from logstream.groups import Group
     from logstream.replay import ChunkModel, ReplayReport, Unit
     from logstream.train import TrainConfig
@@ -155,6 +156,14 @@ RateOpt = Annotated[
 ThresholdOpt = Annotated[
     float | None,
     typer.Option(min=0.0, help="Alert above this score (-log10 p); overrides --false-alarm-rate."),
+]
+FeedbackDbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--feedback",
+        help="Feedback database (the alert outbox, or feedback.database): obey operators' verdicts as "
+        "serve does: a template marked normal never alerts, one confirmed as an anomaly always does.",
+    ),
 ]
 QuietSourcesOpt = Annotated[
     bool,
@@ -523,6 +532,7 @@ def replay_command(
         bool, typer.Option("--deliver", help="With --alerts: send those alerts (default: dry run).")
     ] = False,
     multiline: MultilineOpt = "auto",
+    feedback: FeedbackDbOpt = None,
 ) -> None:
     """Backtest: stream a file through the detector as if live, then show the anomalies by template.
 
@@ -532,6 +542,7 @@ def replay_command(
     check_out_file(out, "--out")
     check_out_file(report_path, "--report")
     directory = check_paths([input, *([labels] if labels is not None else [])], model)
+    check_feedback_db(feedback)
     from logstream.alerts.config import load_config as load_alerts_config
     from logstream.inputs import multiline_option
 
@@ -555,7 +566,7 @@ def replay_command(
             stream_key=stream_key, merge_across_words=merge_across_words, sessions=format is Format.sessions,
         ),
         false_alarm_rate=false_alarm_rate, threshold=threshold, alerts=routes is not None,
-        quiet_sources=quiet_sources, multiline=joining,
+        quiet_sources=quiet_sources, multiline=joining, feedback=feedback,
     )  # fmt: skip
     data = load_replay_input(options)
     described = f"{model} ({data.detector.model_id})" if model is not None and data.detector else ""
@@ -741,6 +752,7 @@ def tail_command(
     threshold: ThresholdOpt = None,
     quiet_sources: QuietSourcesOpt = True,
     multiline: MultilineOpt = "auto",
+    feedback: FeedbackDbOpt = None,
 ) -> None:
     """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies.
 
@@ -755,6 +767,7 @@ def tail_command(
     compile_stream_key(stream_key)  # InputError naming --stream-key if RE2 cannot run it
     joining = multiline_option(multiline)
     directory = model_dir(model)  # a wrong --model fails before the model code loads
+    check_feedback_db(feedback)
     from logstream.alerts.config import AlertConfigError
     from logstream.alerts.outbox import OutboxError
     from logstream.alerts.pipeline import open_alert_sink
@@ -762,7 +775,11 @@ def tail_command(
     from logstream.live import TailOptions, run_tail, start_line
     from logstream.live_model import ModelFollower
 
-    sensitivity = {"false_alarm_rate": false_alarm_rate, "threshold": threshold}
+    sensitivity = {
+        "false_alarm_rate": false_alarm_rate,
+        "threshold": threshold,
+        "rules": feedback_rules(feedback),
+    }
     follower = ModelFollower(model, sensitivity) if is_store(model) else None
     detector = follower.load_live() if follower is not None else Detector.load(directory, **sensitivity)
     key = stream_key or detector.meta.get("stream_key")
@@ -779,6 +796,28 @@ def tail_command(
     sys.stderr.write(start_line(options, detector, shown) + "\n")
     stats = run_tail(options, detector, sys.stdout, sink, follower=follower)
     sys.stderr.write(stats.summary() + "\n")
+
+
+def check_feedback_db(path: Path | None) -> None:
+    """A feedback database to obey: a file that exists (`logstream feedback` or serve wrote it)."""
+    if path is not None and not path.is_file():
+        what = "a directory" if path.is_dir() else "no such file"
+        raise fail(
+            f"--feedback: {path} is {what}; give the alert outbox (or feedback.database) that "
+            "`logstream feedback ... --alerts ROUTES` writes verdicts to"
+        )
+
+
+def feedback_rules(path: Path | None) -> FeedbackRules | None:
+    """The verdicts in `path`, re-read as they change (None: no --feedback)."""
+    if path is None:
+        return None
+    from logstream.feedback import FeedbackError, FeedbackRules, FeedbackStore
+
+    try:
+        return FeedbackRules(FeedbackStore(path))
+    except FeedbackError as exc:
+        raise fail(str(exc)) from None
 
 
 def check_followed(path: Path) -> None:

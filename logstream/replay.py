@@ -53,6 +53,7 @@ from logstream.consumers.parse import RecordParser
 from logstream.detector import Detector, ScoredLine
 from logstream.evaluation.metrics import auc_pr, auc_roc, best_f1, precision_recall_f1
 from logstream.explain import Explanation
+from logstream.feedback import FeedbackRules, FeedbackStore
 from logstream.groups import Group, Grouper
 from logstream.inputs import (
     InputStats,
@@ -100,6 +101,7 @@ class ReplayOptions:
     # multi-line events (stack traces) joined into one record (`consumers.multiline`); the
     # CLI's default is auto, this library's off (the benchmarks replay lines as they are)
     multiline: MultilineSettings = field(default_factory=MultilineSettings)
+    feedback: Path | None = None  # a feedback database whose verdicts every part's detector obeys
 
 
 @dataclass(slots=True)
@@ -518,8 +520,10 @@ def _event_labels(path: Path, parser: RecordParser, by_line: np.ndarray) -> np.n
     return np.array([by_line[list(j.members)].max() for j in _events(path, parser, Reread())], dtype=np.int8)
 
 
-def _sensitivity(options: ReplayOptions) -> dict[str, float | None]:
-    return {"false_alarm_rate": options.false_alarm_rate, "threshold": options.threshold}
+def _sensitivity(options: ReplayOptions) -> dict[str, Any]:
+    """The detector options of every part: sensitivity, and the operators' verdicts."""
+    rules = FeedbackRules(FeedbackStore(options.feedback)) if options.feedback is not None else None
+    return {"false_alarm_rate": options.false_alarm_rate, "threshold": options.threshold, "rules": rules}
 
 
 @dataclass
