@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts")
+PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts", "logstream.memory")
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
-    "logstream.feedback_cli", "logstream.models_cli",
+    "logstream.feedback_cli", "logstream.models_cli", "logstream.memory.cli",
 }  # fmt: skip
 # The commands' work (training, backtests, serving, benchmarks): the core that scores records
 # must not depend on it.
