@@ -25,7 +25,7 @@ from logstream.evaluation.injection import KINDS, incident
 from logstream.feedback import Target
 from logstream.feedback_cli import give
 from logstream.memory.embedding import LineEmbedder
-from logstream.memory.retrieval import COMPACT_AT, IncidentIndex, IncidentMemory, template_words
+from logstream.memory.retrieval import COMPACT_AT, IncidentIndex, IncidentMemory, text_words
 from logstream.memory.settings import IncidentMemorySettings
 from logstream.memory.store import (
     MAX_TEMPLATES,
@@ -76,26 +76,21 @@ def pager(tmp_path: Path) -> Iterator[Pager]:
 
 def test_a_resolution_written_between_two_pages_comes_with_the_second(pager: Pager) -> None:
     """The same kind of incident paged twice, with a resolution written in between: the second
-    one's lookup returns the first, first, carrying that resolution; an unlike one ranks below."""
+    one's lookup returns the first, first, carrying that resolution; a less alike one ranks
+    below it, and one with nothing in common is not returned."""
     memory = IncidentMemory(pager.path)
-    oom = memory.record(
-        observed(*pager.page("prod-db", OOM, "kernel: Out of memory: Kill process 811 (java)"))
+    memory.record(observed(*pager.page("prod-db", OOM, "kernel: Out of memory: Kill process 811 (java)")))
+    auth = memory.record(
+        observed(*pager.page("prod-ssh", AUTH, "sshd[9]: Failed password for invalid user x"))
     )
     pager.clock.advance(DAY)
-    first = memory.record(
-        observed(
-            *pager.page("prod-api", DISK_FULL, "storage: Failed to write /var/lib/a/seg-1.log: No space left")
-        )
-    )
+    disk = "storage: Failed to write /var/lib/a/seg-1.log: No space left"
+    first = memory.record(observed(*pager.page("prod-api", DISK_FULL, disk)))
     memory.resolve(first.fingerprint, "the backup job filled /var; moved it to /backup", by="alice")
     pager.clock.advance(7 * DAY)
-    second = memory.record(
-        observed(
-            *pager.page("prod-web", DISK_FULL, "storage: Failed to write /var/lib/b/seg-9.log: No space left")
-        )
-    )
+    second = memory.record(observed(*pager.page("prod-web", DISK_FULL, disk.replace("a/seg-1", "b/seg-9"))))
     found = memory.similar(second.fingerprint)
-    assert [p.incident.fingerprint for p in found] == [first.fingerprint, oom.fingerprint]
+    assert [p.incident.fingerprint for p in found] == [first.fingerprint, auth.fingerprint]
     assert found[0].incident.resolution == "the backup job filled /var; moved it to /backup"
     assert found[0].to_json()["resolved_by"] == "alice"
     memory.close()
@@ -136,9 +131,20 @@ def test_the_same_kind_ranks_first_among_incidents_of_every_kind() -> None:
         ]
         templates = tuple(dict.fromkeys(lines))[:MAX_TEMPLATES]
         if n >= len(KINDS):
-            (top,) = index.nearest(template_words(templates), None, settings)
+            (top,) = index.nearest(text_words(templates), None, settings)
             assert order[int(top[0])] == kind
         index.add(Incident(str(n), first_seen=float(n), templates=templates))
+
+
+def test_stream_bias_ranks_an_incident_of_the_same_stream_higher(tmp_path: Path) -> None:
+    """With `stream_bias`, a less alike incident of the query's own stream ranks above a more
+    alike one of another stream."""
+    memory = IncidentMemory(tmp_path / "o.sqlite", IncidentMemorySettings(stream_bias=0.3))
+    memory.record(Incident("same-stream", first_seen=1.0, streams=("db",), templates=("write failed: disk",)))
+    memory.record(Incident("other", first_seen=2.0, streams=("api",), templates=("write failed: disk full",)))
+    memory.record(Incident("query", first_seen=3.0, streams=("db",), templates=("write failed: disk full",)))
+    assert [p.incident.fingerprint for p in memory.similar("query")] == ["same-stream", "other"]
+    memory.close()
 
 
 def test_memory_and_disk_stay_bounded_past_the_cap(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def describe(incident: Incident, verdicts: tuple[Feedback, ...] | list[Feedback]
     """An incident for a reader: when, where, what, and what operators said and did."""
     lines = [
         f"{head}{incident.fingerprint}  {_when(incident.starts_at)} .. {_when(incident.ends_at)}"
-        f"  {incident.state}  {incident.count} anomalies  streams: {', '.join(incident.streams) or '-'}",
+        f"  {incident.state}  anomalies: {incident.count}  streams: {', '.join(incident.streams) or '-'}",
         *(f"    template: {t}" for t in incident.templates),
         *(f"    example: {e}" for e in incident.examples[:1]),
         *(
@@ -103,7 +103,6 @@ def search_command(
         Path | None,
         typer.Option(help="The model that raised the alerts: compare its embedding of the text too."),
     ] = None,
-    stream: Annotated[str | None, typer.Option(help="Prefer incidents of this stream (stream_bias).")] = None,
     k: Annotated[int, typer.Option("-k", min=1, max=100, help="How many incidents to show.")] = 3,
     json_output: JsonOpt = False,
 ) -> None:
@@ -118,7 +117,7 @@ def search_command(
 
             embedder = LineEmbedder.load(model)
             embedding, normalizer = embedder.embed_incident([text]), embedder.normalizer
-        found = memory.search([normalizer.mask(text)], embedding, stream)
+        found = memory.search([normalizer.mask(text)], embedding)
         if not found:
             sys.stderr.write(f"no similar incident among {len(memory.index)} in {memory.store.path}\n")
         _write(found, json_output)

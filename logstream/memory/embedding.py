@@ -47,15 +47,16 @@ class LineEmbedder:
         meta: Mapping[str, Any],
         *,
         device: str = "cpu",
-        max_streams: int = 64,
+        max_streams: int = 16,
     ) -> None:
         self.tokenizer = tokenizer
         self.normalizer = Normalizer.from_json(meta["mask_rules"])
         self.space = embedding_space(meta)
         sink_ids = prompt_ids(tokenizer, meta["pattern_prompt"], meta["sink_tokens"])
-        self.engine = StreamingEngine(
-            model, sink_ids, window=meta["window"], max_streams=max_streams, device=device
-        )
+        # a stream holds one line: a window of one line's tokens gives the same states as the
+        # model's own window, in a ring a fraction of its size
+        window = min(meta["window"], tokenizer.max_line_tokens)
+        self.engine = StreamingEngine(model, sink_ids, window=window, max_streams=max_streams, device=device)
 
     @classmethod
     def load(cls, model_dir: Path | str, **options: Any) -> LineEmbedder:

@@ -2,15 +2,15 @@
 
 The similarity of a kept incident x to a query q (a new incident, or an operator's text):
 
-    template(q, x)  = |W(q) & W(x)| / |W(q) | W(x)|    Jaccard of their template words
+    template(q, x)  = |W(q) & W(x)| / |W(q) | W(x)|    Jaccard of their words
     embedding(q, x) = max(0, cos(v(q), v(x)))          when both vectors come from one model
                     = template(q, x)                   otherwise (no vector to compare)
     score(q, x)     = w * template + (1 - w) * embedding + stream_bias * [x was on q's stream]
 
-W(.) are the words of an incident's templates, lower-cased, without the masks (`<NUM>`,
-`<IP>`, `<*>` ...): what the log says, not its variables. v(.) is the model's own view of
-the incident's lines: the mean of their final-norm hidden states (`StreamingEngine.
-score_embedded`), the mean over its first lines. `w` is `template_weight`.
+W(.) are the words of an incident's templates and example lines, lower-cased, without the
+masks (`<NUM>`, `<IP>`, `<*>` ...): what the log says, not its variables. v(.) is the
+model's own view of the incident's first lines: the mean of each line's final-norm hidden
+states (`StreamingEngine.score_embedded`). `w` is `template_weight`.
 
 Brute force, exactly: the template part is a count over an inverted index (word -> rows),
 the embedding part one matrix-vector product per model; both run over every kept row in
@@ -20,6 +20,7 @@ numpy. docs/incident_memory.md measures the cost at 10k and 100k incidents.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -30,17 +31,26 @@ import numpy as np
 
 from logstream.feedback import Feedback
 from logstream.memory.settings import IncidentMemorySettings
-from logstream.memory.store import Embedding, Incident, IncidentStore
+from logstream.memory.store import Embedding, Incident, IncidentStore, verdicts_on
+from logstream.normalize import Normalizer
 
+_NORMALIZER = Normalizer()  # the default masking rules, for example lines
 _MASK = re.compile(r"<[A-Z_]+>|<\*>")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 COMPACT_AT = 1024  # removed rows an index keeps before it rebuilds (and at least as many as live)
 
 
-def template_words(texts: Iterable[str]) -> frozenset[str]:
-    """The words of templates (or of any text): letters first, two characters or more,
-    lower-cased; masks left out."""
-    return frozenset(w.lower() for text in texts for w in _WORD.findall(_MASK.sub(" ", text)))
+def text_words(texts: Iterable[str]) -> frozenset[str]:
+    """The words of masked texts (templates, lines): letters first, two characters or more,
+    lower-cased; masks left out. Interned: 100k incidents share one copy of each word."""
+    return frozenset(sys.intern(w.lower()) for text in texts for w in _WORD.findall(_MASK.sub(" ", text)))
+
+
+def incident_words(incident: Incident) -> frozenset[str]:
+    """What retrieval compares of an incident's text: the words of its templates and of its
+    example lines (masked by the default rules). The lines count too because a template
+    can keep none of its line's words: Drain may widen it to wildcards (`<TS> I <*> <*> <*>`)."""
+    return text_words((*incident.templates, *map(_NORMALIZER.mask, incident.examples)))
 
 
 def unit(vector: np.ndarray) -> np.ndarray:
@@ -71,11 +81,14 @@ class _Vectors:
 
 @dataclass(frozen=True)
 class _Entry:
+    """What a row remembers to be updated or rebuilt (its vector is in `_vectors[space]`);
+    tuples, not sets: at 100k rows a set per row would be most of the index's memory."""
+
     fingerprint: str
-    words: frozenset[str]
+    words: tuple[str, ...]
     streams: tuple[str, ...]
     first_seen: float
-    embedding: Embedding | None  # unit vector
+    space: str | None
 
 
 class IncidentIndex:
@@ -109,14 +122,13 @@ class IncidentIndex:
     def add(self, incident: Incident) -> None:
         """Add an incident, or update its row with what it holds now."""
         vector = incident.embedding
-        self._add(
-            _Entry(
-                incident.fingerprint, template_words(incident.templates), incident.streams, incident.first_seen,
-                Embedding(vector.space, unit(vector.vector)) if vector is not None else None,
-            )
+        entry = _Entry(
+            incident.fingerprint, tuple(incident_words(incident)), incident.streams,
+            incident.first_seen, vector.space if vector is not None else None,
         )  # fmt: skip
+        self._add(entry, Embedding(vector.space, unit(vector.vector)) if vector is not None else None)
 
-    def _add(self, entry: _Entry) -> None:
+    def _add(self, entry: _Entry, embedding: Embedding | None) -> None:
         row = self._row.get(entry.fingerprint)
         if row is None:
             row = len(self._entries)
@@ -130,12 +142,12 @@ class IncidentIndex:
         self._alive[row] = True
         self._first_seen[row] = entry.first_seen
         self._sizes[row] = len(entry.words)
-        for word in entry.words - (held.words if held else frozenset()):
+        for word in set(entry.words).difference(held.words if held else ()):
             self._postings.setdefault(word, array("i")).append(row)
-        for stream in set(entry.streams) - set(held.streams if held else ()):
+        for stream in set(entry.streams).difference(held.streams if held else ()):
             self._streams.setdefault(stream, array("i")).append(row)
-        if entry.embedding is not None:
-            self._set_vector(row, entry.embedding)
+        if embedding is not None:
+            self._set_vector(row, embedding)
 
     def _set_vector(self, row: int, embedding: Embedding) -> None:
         vectors = self._vectors.get(embedding.space)
@@ -167,10 +179,17 @@ class IncidentIndex:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        live = [e for e in self._entries if e is not None]
+        live = [(e, self._vector(row, e.space)) for row, e in enumerate(self._entries) if e is not None]
         self._reset()
-        for entry in live:
-            self._add(entry)
+        for entry, embedding in live:
+            self._add(entry, embedding)
+
+    def _vector(self, row: int, space: str | None) -> Embedding | None:
+        """A row's unit vector, if it has one."""
+        vectors = self._vectors.get(space) if space is not None else None
+        if space is None or vectors is None or row not in vectors.at:
+            return None
+        return Embedding(space, vectors.matrix[vectors.at[row]].copy())
 
     def scores(
         self,
@@ -223,7 +242,8 @@ class IncidentIndex:
         exclude: str | None = None,
     ) -> list[tuple[str, float, float, float]]:
         """The `settings.k` best rows, best first, as (fingerprint, score, template, embedding);
-        only incidents first seen before `before` when given, never `exclude`."""
+        only incidents first seen before `before` when given, never `exclude`, never one with
+        nothing in common (score 0)."""
         score, template, similar = self.scores(words, embedding, stream, settings)
         if before is not None:
             score[self._first_seen[: score.size] >= before] = -np.inf
@@ -237,7 +257,7 @@ class IncidentIndex:
         out = []
         for row in top.tolist():
             entry = self._entries[row]
-            if np.isfinite(score[row]) and entry is not None:
+            if score[row] > 0 and entry is not None:  # -inf: not a candidate; 0: nothing in common
                 out.append((entry.fingerprint, float(score[row]), float(template[row]), float(similar[row])))
         return out
 
@@ -316,26 +336,25 @@ class IncidentMemory:
             return []
         return self._found(
             self.index.nearest(
-                template_words(incident.templates), incident.embedding, self.settings,
+                incident_words(incident), incident.embedding, self.settings,
                 stream=incident.streams[0] if incident.streams else None, before=incident.first_seen,
                 exclude=fingerprint,
             )
         )  # fmt: skip
 
-    def search(
-        self, text: Sequence[str], embedding: Embedding | None = None, stream: str | None = None
-    ) -> list[PastIncident]:
+    def search(self, text: Sequence[str], embedding: Embedding | None = None) -> list[PastIncident]:
         """The incidents most like some text (masked lines or templates), and its
         embedding when the caller has the model at hand."""
-        return self._found(self.index.nearest(template_words(text), embedding, self.settings, stream=stream))
+        return self._found(self.index.nearest(text_words(text), embedding, self.settings))
 
     def _found(self, hits: list[tuple[str, float, float, float]]) -> list[PastIncident]:
         out = []
+        feedback = self.store.feedback.listed() if hits else []  # read once per lookup
         for fingerprint, score, template, similar in hits:
             incident = self.store.get(fingerprint)
             if incident is None:  # deleted by another process since
                 continue
-            verdicts = tuple(self.store.verdicts_for(incident))
+            verdicts = tuple(verdicts_on(incident, feedback))
             out.append(PastIncident(incident, score, template, similar, verdicts))
         return out
 

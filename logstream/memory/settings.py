@@ -13,7 +13,8 @@ from logstream.alerts.config import Duration
 # A certificate that expires every year is the classic recurring incident: keep a year and
 # a bit, so that last year's fix is there when it comes round again.
 DEFAULT_RETENTION = 400 * 86400.0
-# Brute force stays under a millisecond or two at this size on one CPU core (docs/incident_memory.md).
+# A lookup over this many takes a few milliseconds on one CPU core, even with a 512-wide
+# model (docs/incident_memory.md)
 DEFAULT_MAX_INCIDENTS = 20_000
 
 
@@ -31,7 +32,7 @@ class IncidentMemorySettings(BaseModel):
     # past incidents returned per lookup
     k: int = Field(default=3, gt=0, le=100)
     # similarity = template_weight x template similarity + (1 - template_weight) x embedding
-    # similarity (retrieval.combine)
-    template_weight: float = Field(default=0.5, ge=0, le=1)
+    # similarity (logstream.memory.retrieval); chosen on the dev suite (docs/incident_memory.md)
+    template_weight: float = Field(default=0.9, ge=0, le=1)
     # added to the similarity of a past incident seen on the same stream
     stream_bias: float = Field(default=0.0, ge=0, le=1)

@@ -185,6 +185,15 @@ def merged(held: Incident | None, seen: Incident, embedding: Embedding | None = 
     )
 
 
+def verdicts_on(incident: Incident, feedback: list[Feedback]) -> list[Feedback]:
+    """Of `feedback` (oldest first), the verdicts that name the incident's fingerprint and
+    those whose template covers one of its templates (`feedback.covers`)."""
+    named = f"fingerprint:{incident.fingerprint}"
+    return [
+        f for f in feedback if f.target == named or any(covers(f.template, t) for t in incident.templates)
+    ]
+
+
 def _bounded(texts: tuple[str, ...] | list[str], limit: int) -> tuple[str, ...]:
     """The first `limit` distinct non-empty texts, each cut to MAX_TEXT characters."""
     return tuple(dict.fromkeys(t[:MAX_TEXT] for t in texts if t))[:limit]
@@ -299,9 +308,10 @@ def _sqlite_errors(path: str) -> Iterator[None]:
 class IncidentStore:
     """The incidents of one SQLite file (WAL; the alert outbox's), thread-safe.
 
-    Writes are committed at `synchronous=NORMAL`: the memory is not what delivery depends
-    on, and a power cut loses at most the last update of an incident, which the next
-    anomaly of its group writes again. Verdicts are read from and written to the feedback
+    What the pipeline records is committed at `synchronous=NORMAL`: the memory is not what
+    delivery depends on, and a power cut may lose the latest updates (never the file's
+    consistency), which the next anomaly of a group writes again. A resolution is an
+    operator's words, which nothing writes again: durable (FULL) when `resolve` returns. Verdicts are read from and written to the feedback
     database (`feedback_path`; by default this same file, as serve's default is).
     """
 
@@ -315,27 +325,21 @@ class IncidentStore:
         self.path = str(path)
         self.max_incidents = max_incidents
         self._lock = threading.Lock()
-        with _sqlite_errors(self.path):
-            if self.path != ":memory:":
-                try:
-                    Path(path).parent.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise IncidentError(
-                        f"incident memory {path}: cannot create its folder: {exc.strerror}"
-                    ) from None
+        with _sqlite_errors(self.path):  # the outbox made the file's folder
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=timeout
             )
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(INCIDENTS_SCHEMA)
         self.table = IncidentTable(self._db)
         self.feedback = FeedbackStore(path if feedback_path is None else feedback_path, timeout=timeout)
 
     @contextmanager
-    def _write(self) -> Iterator[IncidentTable]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error)."""
+    def _write(self, durable: bool = False) -> Iterator[IncidentTable]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error); `durable`
+        commits it at synchronous=FULL."""
         with _sqlite_errors(self.path), self._lock:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.table
@@ -358,7 +362,7 @@ class IncidentStore:
             raise IncidentError("resolution: empty (say what was done)")
         if len(text) > MAX_RESOLUTION:
             raise IncidentError(f"resolution: longer than {MAX_RESOLUTION} characters")
-        with self._write() as table:
+        with self._write(durable=True) as table:
             held = table.get(fingerprint)
             if held is None:
                 raise IncidentError(f"fingerprint {fingerprint}: no such incident in {self.path}")
@@ -385,15 +389,8 @@ class IncidentStore:
             return table.prune(before)
 
     def verdicts_for(self, incident: Incident) -> list[Feedback]:
-        """What operators said about an incident, oldest first: the `logstream feedback`
-        verdicts that name its fingerprint, and those whose template covers one of its
-        templates (`feedback.covers`)."""
-        named = f"fingerprint:{incident.fingerprint}"
-        return [
-            f
-            for f in self.feedback.listed()
-            if f.target == named or any(covers(f.template, t) for t in incident.templates)
-        ]
+        """What operators said about an incident, oldest first (`verdicts_on`)."""
+        return verdicts_on(incident, self.feedback.listed())
 
     def attach_verdict(self, fingerprint: str, verdict: str, comment: str = "", by: str = "") -> Feedback:
         """A verdict (and why) on an incident, stored as `logstream feedback --fingerprint`
