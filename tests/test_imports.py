@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts", "logstream.memory")
+PACKAGES = ("logstream", "logstream.kernels", "logstream.consumers", "logstream.alerts")
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",

@@ -22,8 +22,6 @@ from logstream.alerts.config import load_config
 from logstream.alerts.grouping import Group
 from logstream.alerts.outbox import Outbox, find_incident
 from logstream.evaluation.injection import KINDS, incident
-from logstream.feedback import Target
-from logstream.feedback_cli import give
 from logstream.memory.embedding import LineEmbedder
 from logstream.memory.retrieval import COMPACT_AT, IncidentIndex, IncidentMemory, text_words
 from logstream.memory.settings import IncidentMemorySettings
@@ -102,7 +100,9 @@ def test_verdicts_given_by_fingerprint_come_with_the_incident(pager: Pager) -> N
     memory = IncidentMemory(pager.path, IncidentMemorySettings(k=5))
     group, found = pager.page("prod-api", DISK_FULL, "storage: Failed to write /var/x: No space left")
     kept = memory.record(observed(group, found))
-    give("anomaly", pager.path, Target(fingerprint=kept.fingerprint), comment="real: disk filled by backup")
+    given = _logstream(["feedback", "anomaly", "--db", pager.path, "--fingerprint", kept.fingerprint,
+                        "-c", "real: disk filled by backup"])  # fmt: skip
+    assert given.returncode == 0, given.stderr
     pager.clock.advance(DAY)  # the group resolves; its next anomaly opens a new incident in the same row
     pager.outbox.flush(pager.clock.now)
     later = memory.record(
@@ -207,11 +207,16 @@ def test_what_an_incident_keeps_is_bounded() -> None:
         merged(None, seen, Embedding("a", np.ones((2, 2), np.float32)))
 
 
-def _incidents(args: list[str | Path]) -> subprocess.CompletedProcess[str]:
+def _logstream(args: list[str | Path]) -> subprocess.CompletedProcess[str]:
+    """The real command line, in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "logstream.cli", "incidents", *map(str, args)],
+        [sys.executable, "-m", "logstream.cli", *map(str, args)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def _incidents(args: list[str | Path]) -> subprocess.CompletedProcess[str]:
+    return _logstream(["incidents", *args])
 
 
 def test_cli_searches_shows_and_resolves_over_the_outbox(pager: Pager) -> None:
