@@ -34,6 +34,7 @@ from logstream.alerts.cli import app as alerts_app
 from logstream.demo import write_demo_logs
 from logstream.errors import UserError
 from logstream.feedback_cli import app as feedback_app
+from logstream.memory.cli import app as incidents_app
 from logstream.models_cli import app as models_app
 from logstream.printable import printable
 from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
@@ -675,6 +676,7 @@ app.add_typer(
 )
 app.add_typer(feedback_app, name="feedback", help="Mark alerts' templates normal or confirmed anomalies.")
 app.add_typer(models_app, name="models", help="Versioned models: add, list, show, promote, rollback.")
+app.add_typer(incidents_app, name="incidents", help="Past incidents like a new one: search, show, resolve.")
 
 
 @app.command("serve")

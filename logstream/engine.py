@@ -121,6 +121,18 @@ def next_token_nll(logits: torch.Tensor, tokens: torch.Tensor, fused: bool | Non
     return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets)[..., 0]
 
 
+def line_means(token_h: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Each line's mean row: token_h [N, C], bounds [lines + 1] (line i is rows bounds[i] to
+    bounds[i + 1]) -> [lines, C]; 0 for a line without tokens."""
+    lengths = np.diff(bounds)  # [lines]
+    rows = token_h[bounds[0] : bounds[-1]]  # reduceat's last range runs to the end of its input
+    if not rows.shape[0]:
+        return np.zeros((lengths.size, token_h.shape[1]), dtype=token_h.dtype)
+    sums = np.add.reduceat(rows, np.minimum(bounds[:-1] - bounds[0], rows.shape[0] - 1), axis=0)
+    sums[lengths == 0] = 0.0  # reduceat gives an empty range its first row
+    return sums / np.maximum(lengths, 1)[:, None]
+
+
 class StreamingEngine:
     """Batched per-stream scoring with a constant-size cache per stream.
 
@@ -291,6 +303,7 @@ class StreamingEngine:
         chunk_len: torch.Tensor,
         ring_len: int,
         fill_all: bool = False,
+        hidden: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The pure device step: tensors in, tensors out, the rings written in place.
 
@@ -300,7 +313,8 @@ class StreamingEngine:
         last real token). No host sync on the Triton path, so it can be compiled or captured in
         a CUDA graph; `ring_len` is a host int (a shape) from `ring_len()` or, for a fixed-shape
         bucket, L - 1. `fill_all`: every stream holds at least `ring_len` entries (a host fact),
-        so the CPU path shares one mask.
+        so the CPU path shares one mask. `hidden` (opt-in, `score_embedded`): a list that the
+        final-norm hidden states [B, T, C] are appended to; None computes and keeps nothing more.
 
         Only the target's log-prob is needed per token (`next_token_nll`); full log-probs only for
         the B last positions.
@@ -336,7 +350,9 @@ class StreamingEngine:
                 k, v, written_head, written_len = self._ring_tail(k, v, head, chunk_len)
             ring_write(*rings, slots, written_head, k, v, written_len, scales)  # int8: quantized
             x = self._finish_layer(layer, x, out)
-        h = rms_norm(x, self.decoder.norm.weight, self.eps)
+        h = rms_norm(x, self.decoder.norm.weight, self.eps)  # [B, T, C]
+        if hidden is not None:
+            hidden.append(h)
         logits = self.model.lm_head(h).float()  # [B, T, V]
         # Token j is predicted by position j - 1; the first by the stream's previous step.
         nll_first = -previous.gather(-1, tokens[:, :1])  # [B, 1]
@@ -359,20 +375,29 @@ class StreamingEngine:
         index = index.expand(-1, k.shape[1], -1, k.shape[3])  # [B, Hkv, L, D]
         return k.gather(2, index), v.gather(2, index), (head + start) % L, chunk_len - start
 
-    def _step(self, slots: np.ndarray, tokens: np.ndarray, chunk_len: np.ndarray) -> torch.Tensor:
+    def _step(
+        self,
+        slots: np.ndarray,
+        tokens: np.ndarray,
+        chunk_len: np.ndarray,
+        hidden: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Host bookkeeping around one device step over a ragged batch: slots [B], tokens [B, T]
         (0 after each chunk), chunk_len [B] -> token NLL [B, T]; the streams' positions and next
-        log-probs move on."""
+        log-probs move on. With `hidden` the step runs `device_step` itself (not `step_fn`,
+        whose compiled or captured forward keeps no hidden states) and appends them to it."""
         position, fill = self.position[slots], self.fill[slots]
         # blocks after the first see the L - 1 keys before them (kernels/flash_cpu.py)
         ring_len = self.ring_len(fill) if self.chunk_tokens >= tokens.shape[1] else self.window - 1
         # [3, B]: slots, position, chunk_len; rows contiguous (kernels take pointers)
         cache = torch.from_numpy(np.stack([slots, position, chunk_len])).to(self.device)
         slots_at = cache[0]
-        nll, last = (self.step_fn or self.device_step)(
-            torch.from_numpy(tokens).to(self.device), self.next_logprobs[slots_at], *cache, ring_len,
-            bool(fill.min() >= ring_len),
-        )  # fmt: skip
+        args = (torch.from_numpy(tokens).to(self.device), self.next_logprobs[slots_at], *cache, ring_len,
+                bool(fill.min() >= ring_len))  # fmt: skip
+        if hidden is None:
+            nll, last = (self.step_fn or self.device_step)(*args)
+        else:
+            nll, last = self.device_step(*args, hidden=hidden)
         self.next_logprobs.index_copy_(0, slots_at, last)
         self.position[slots] = position + chunk_len
         return nll
@@ -476,11 +501,26 @@ class StreamingEngine:
 
     def score(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
         """Token NLLs for each line of each stream, in order; lines keep their stream's context."""
+        return self._score_groups(lines_by_stream, None)
+
+    def score_embedded(
+        self, lines_by_stream: dict[str, list[list[int]]]
+    ) -> tuple[dict[str, list[np.ndarray]], dict[str, np.ndarray]]:
+        """`score`, and each line's embedding from the same forward: the final-norm hidden
+        state averaged over the line's tokens, [lines, C] fp32 per stream. A token's state has
+        read the line up to it in the stream's context (sinks + window). Its steps run the
+        eager `device_step`; `score` keeps no hidden state."""
+        embeddings: dict[str, np.ndarray] = {}
+        return self._score_groups(lines_by_stream, embeddings), embeddings
+
+    def _score_groups(
+        self, lines_by_stream: dict[str, list[list[int]]], embeddings: dict[str, np.ndarray] | None
+    ) -> dict[str, list[np.ndarray]]:
         results: dict[str, list[np.ndarray]] = {}
         names = list(lines_by_stream)
         for start in range(0, len(names), self.max_streams):
             group = names[start : start + self.max_streams]
-            results.update(self._score_group({s: lines_by_stream[s] for s in group}))
+            results.update(self._score_group({s: lines_by_stream[s] for s in group}, embeddings))
         return results
 
     def _chunks_per_stream(self, active: int) -> int:
@@ -500,7 +540,11 @@ class StreamingEngine:
             return [np.arange(chunk_len.size)]
         return step_groups(chunk_len, self.chunk_tokens, self.step_rows)
 
-    def _score_group(self, lines_by_stream: dict[str, list[list[int]]]) -> dict[str, list[np.ndarray]]:
+    def _score_group(
+        self, lines_by_stream: dict[str, list[list[int]]], embeddings: dict[str, np.ndarray] | None = None
+    ) -> dict[str, list[np.ndarray]]:
+        """`score` over at most `max_streams` streams; each line's embedding into `embeddings`
+        when given (`score_embedded`)."""
         results: dict[str, list[np.ndarray]] = {s: [] for s, lines in lines_by_stream.items() if not lines}
         names = [s for s, lines in lines_by_stream.items() if lines]
         keep = set(names)
@@ -519,6 +563,7 @@ class StreamingEngine:
         slots_of = np.array(slots, dtype=np.int64)
         done = np.zeros_like(lengths)
         steps: list[tuple[np.ndarray, np.ndarray, torch.Tensor]] = []  # (flat index, real [B, T], nll [B, T])
+        hidden: list[torch.Tensor] | None = None if embeddings is None else []  # per step, [B, T, C]
         while (active := np.flatnonzero(done < lengths)).size:
             n = self.chunk_tokens * self._chunks_per_stream(active.size)
             round_len = np.minimum(lengths[active] - done[active], n)  # each active stream's next chunk
@@ -528,7 +573,7 @@ class StreamingEngine:
                 index = first[:, None] + np.arange(int(chunk_len.max()))  # [B, T]
                 real = index < (first + chunk_len)[:, None]  # [B, T]: the chunk's own tokens, not padding
                 tokens = np.where(real, flat[np.minimum(index, flat.size - 1)], 0)
-                steps.append((index[real], real, self._step(slots_of[streams], tokens, chunk_len)))
+                steps.append((index[real], real, self._step(slots_of[streams], tokens, chunk_len, hidden)))
                 done[streams] += chunk_len
         # One device-to-host copy per step, after the last: a copy per stream would wait on the
         # device once per stream (at 1,024 streams on a GPU, most of a call; docs/gpu/README.md).
@@ -539,4 +584,29 @@ class StreamingEngine:
             lines = lines_by_stream[stream]
             bounds = itertools.accumulate(map(len, lines), initial=start + skip)  # np.cumsum: 10x slower
             results[stream] = [token_nll[a:b] for a, b in itertools.pairwise(bounds)]
+        if hidden is not None and embeddings is not None:
+            embeddings.update(
+                self._line_embeddings(lines_by_stream, starts, scored_from, steps, hidden, flat.size)
+            )
         return results
+
+    def _line_embeddings(
+        self,
+        lines_by_stream: dict[str, list[list[int]]],
+        starts: np.ndarray,
+        scored_from: list[int],
+        steps: list[tuple[np.ndarray, np.ndarray, torch.Tensor]],
+        hidden: list[torch.Tensor],
+        tokens: int,
+    ) -> dict[str, np.ndarray]:
+        """Each line's mean final-norm state [lines, C] per stream, from `_score_group`'s steps
+        and their states [B, T, C] (`tokens` positions, as in its `flat`; rebuilt tokens left out)."""
+        token_h = np.zeros((tokens, self.decoder.norm.weight.shape[0]), dtype=np.float32)  # [tokens, C]
+        for (index, real, _), h in zip(steps, hidden, strict=True):
+            token_h[index] = h.float().cpu().numpy()[real]
+        out = {s: token_h[:0] for s, lines in lines_by_stream.items() if not lines}
+        names = [s for s, lines in lines_by_stream.items() if lines]
+        for stream, start, skip in zip(names, starts.tolist(), scored_from, strict=True):
+            bounds = np.cumsum([start + skip, *map(len, lines_by_stream[stream])])  # [lines + 1]
+            out[stream] = line_means(token_h, bounds)
+        return out

@@ -19,7 +19,7 @@ PACKAGES = tuple(
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
-    "logstream.feedback_cli", "logstream.models_cli",
+    "logstream.feedback_cli", "logstream.models_cli", "logstream.memory.cli",
 }  # fmt: skip
 # The commands' work (training, backtests, serving, benchmarks): the core that scores records
 # must not depend on it.
