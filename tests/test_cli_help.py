@@ -11,7 +11,8 @@ import pytest
 import typer
 
 from logstream.cli import app
-from logstream.scoring import DEFAULT_FALSE_ALARM_RATE, DEFAULT_LINE_TOP_K
+from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
+from logstream.scoring.evidence import LINE_TOP_K
 from logstream.train import AUTO_SMALL_LINES, TrainConfig
 
 # "Default: 2048", "Default: the model's (0.0003)", "Default: 3, and ..."
@@ -20,7 +21,7 @@ DOCUMENTED = re.compile(r"Default: (?:the model's \()?(\d[\d,]*(?:\.\d+)?(?:e-?\
 RUN_TIME_DEFAULTS = {
     "window": TrainConfig().window,
     "false_alarm_rate": DEFAULT_FALSE_ALARM_RATE,
-    "line_top_k": DEFAULT_LINE_TOP_K,
+    "line_top_k": LINE_TOP_K,
 }
 HISTORY = re.compile(r"\b(?:stop|issue|session|round) \d+\b|\bbefore stop\b", re.IGNORECASE)
 

@@ -110,3 +110,34 @@ def test_train_merge_across_words_saves_a_model_that_scores_the_same_when_loaded
     again = Detector(*load_model_dir(out)).score(records)
     assert [s.score for s in first] == [s.score for s in again]
     assert all(np.isfinite(s.score) for s in first)
+
+
+SSHD = [f"sshd[{i}]: Accepted password for user{i % 7} from host port {i * 13}" for i in range(200)]
+
+
+@pytest.fixture(scope="module")
+def sshd_tokenizer() -> LineTokenizer:
+    return LineTokenizer(train_tokenizer(SSHD, vocab_size=300))
+
+
+def words_of(tokenizer: LineTokenizer, line: str) -> list[str]:
+    ids = tokenizer.encode_lines([line])[0]
+    starts = tokenizer.word_starts(ids)
+    words: list[str] = []
+    for token, start in zip(ids, starts, strict=True):
+        if start:
+            words.append("")
+        words[-1] += tokenizer.token_text(token)
+    return words
+
+
+def test_an_unseen_word_cut_into_pieces_is_one_word(sshd_tokenizer: LineTokenizer) -> None:
+    """`sacrifice` never occurred in the baseline: BPE cuts it into pieces, `word_starts` joins
+    them; letters, digits and punctuation are separate words, as the pre-tokenizer splits them."""
+    line = "kernel: Out of memory: Kill process 16986 (java) score or sacrifice child"
+    assert len(sshd_tokenizer.encode_lines([" sacrifice"])[0]) > 2  # " sacrifice\n": pieces and the newline
+    assert words_of(sshd_tokenizer, line) == [
+        "kernel", ":", " Out", " of", " memory", ":", " Kill", " process", " 16986", " (", "java", ")",
+        " score", " or", " sacrifice", " child", "\n",
+    ]  # fmt: skip
+    assert words_of(sshd_tokenizer, "sshd[12]: Accepted") == ["sshd", "[", "12", "]:", " Accepted", "\n"]
