@@ -231,7 +231,8 @@ def run_model(detector: Detector, streams: list[Stream], ends: bool) -> list[Str
 
 def outputs_for(case: Case, out: Path) -> Outputs:
     detector, model_dir = model_for(case, out)
-    cache = model_dir / "outputs.pkl"
+    scored = hashlib.sha256(json.dumps([[s.name, s.lines] for s in case.scored]).encode()).hexdigest()[:16]
+    cache = model_dir / f"outputs-{scored}.pkl"
     if cache.exists():
         return pickle.loads(cache.read_bytes())
     _, heldout = heldout_split(case.baseline, train_config(case))
