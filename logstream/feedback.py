@@ -162,6 +162,18 @@ class FeedbackStore:
             raise FeedbackError(
                 f"feedback database {path}: cannot create its folder: {exc.strerror}"
             ) from None
+        self._schema = False
+        try:
+            self._ensure_schema()
+        except FeedbackUnavailable as exc:  # held by another process (a backup): serve starts anyway
+            log.warning("feedback_database_unavailable_at_start", database=self.path, error=str(exc))
+
+    def _ensure_schema(self) -> None:
+        """The table, its added columns and index, once (each write asks: a database that was
+        locked at start gets them at its first write; `FeedbackRules` reads a missing table
+        as no verdicts)."""
+        if self._schema:
+            return
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(FEEDBACK_SCHEMA)
@@ -170,6 +182,7 @@ class FeedbackStore:
                 if name not in have:
                     db.execute(f"ALTER TABLE feedback ADD COLUMN {name} {declaration}")
             db.execute("CREATE INDEX IF NOT EXISTS feedback_rule ON feedback (template, stream)")
+        self._schema = True
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -185,6 +198,7 @@ class FeedbackStore:
         """Store a verdict; returns it with its id and time."""
         created_at = time.time() if now is None else now
         check(feedback, created_at)
+        self._ensure_schema()
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO feedback (verdict, template, line, target, model, created_by, comment,"
@@ -197,6 +211,7 @@ class FeedbackStore:
 
     def listed(self) -> list[Feedback]:
         """Every verdict, oldest first."""
+        self._ensure_schema()
         with self._connect() as db:
             return [Feedback(*row) for row in db.execute(f"SELECT {COLUMNS} FROM feedback ORDER BY id")]
 
@@ -205,6 +220,7 @@ class FeedbackStore:
         replaced for good (it lasts at least as long), more than `retention_days` ago; the
         number dropped. What is in force, or may be again, stays."""
         cutoff = (time.time() if now is None else now) - retention_days * 86400.0
+        self._ensure_schema()
         with self._connect() as db:
             return db.execute(
                 "DELETE FROM feedback WHERE (expires_at IS NOT NULL AND expires_at < :cutoff)"

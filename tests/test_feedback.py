@@ -161,6 +161,21 @@ def test_scoring_goes_on_while_the_feedback_database_is_locked(
     assert not any(s.suppressed for s in after)
 
 
+def test_the_store_opens_while_the_database_is_locked(tmp_path: Path) -> None:
+    """Serve opens its feedback store at start: while another process holds the database (a
+    backup), opening it and its rules succeeds (no crash loop; no verdicts read yet), and
+    once the lock is gone the first verdict is written and read."""
+    db = tmp_path / "feedback.sqlite"
+    FeedbackStore(db)  # the table exists, as after an earlier run
+    with locked(db):
+        store = FeedbackStore(db, timeout=0.1)
+        rules = FeedbackRules(store, refresh_seconds=0.0)
+        assert rules.verdict("ERROR disk <*> failed on sda", "default") is None
+    store.add(Feedback("anomaly", "ERROR disk <*> failed on sda", created_by="ops"))
+    rules.refresh()
+    assert rules.verdict("ERROR disk <*> failed on sda", "default") == "anomaly"
+
+
 def test_scoring_goes_on_when_the_feedback_database_is_damaged(
     detector: Detector, incident_log: tuple[list[str], list[str | None]], tmp_path: Path
 ) -> None:
