@@ -634,7 +634,6 @@ class Faults:
     def kill(self) -> None:
         """kill -9 of a serving process, then a restart; the first `poisoned_restarts` restarts
         find forged changelog records, sent while serve was down."""
-        self.release_feedback()  # a serve started under the lock could not open the database
         wait_until(self.serve.ready, WAIT_S)  # kill a serving process, not one still loading
         self.serve.kill()
         self.report.kills += 1
