@@ -90,6 +90,7 @@ CHOICES = {
     "line_top_k": (1, 3, 6),
     "false_alarm_rate": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
     "refit_every": (0, 500),
+    "critical_alerts": (False, True),  # a critical line alerts whatever its score (`Scorer`)
     "vocabulary": tuple(VOCABULARIES),
     "prior_warning": (0.0, 0.5, 1.0),
     "prior_error": (0.0, 0.5, 1.0, 1.5, 2.0),
@@ -299,8 +300,14 @@ class Scores:
 
 
 def score(
-    calibration: Calibration, outputs: Outputs, sessions: bool, rules: FeedbackRules | None = None
+    calibration: Calibration,
+    outputs: Outputs,
+    sessions: bool,
+    rules: FeedbackRules | None = None,
+    critical_alerts: bool = False,
 ) -> Scores:
+    """The scorer's scores and alerts; `critical_alerts`: a critical line alerts whatever its
+    score, unless its template was marked normal."""
     scorer = Scorer(calibration, outputs.templates, rules)
     threshold = calibration.threshold()
     streams = _scored(scorer, outputs.scored, threshold)
@@ -308,13 +315,13 @@ def score(
         lines = streams[0]
         values = np.array([x.score for x in lines])
         verdicts = [x.verdict for x in lines]
-        flagged = np.array([x.is_anomaly for x in lines])
+        flagged = np.array([x.is_anomaly or (critical_alerts and _critical(x)) for x in lines])
         return Scores(values, flagged, _rank(values, verdicts), [[x.template] for x in lines])
     values, flagged, verdicts = [], [], []
     for s, lines in zip(outputs.scored, streams, strict=True):
         end = calibration.end_score(s.end) if s.end is not None else None
         value = calibration.session_score([x.score for x in lines], end)
-        confirmed = any(x.verdict == "anomaly" for x in lines)
+        confirmed = any(x.verdict == "anomaly" or (critical_alerts and _critical(x)) for x in lines)
         values.append(value)
         flagged.append(confirmed or (value > threshold and not all(x.verdict == "normal" for x in lines)))
         verdicts.append("anomaly" if confirmed else None)
@@ -322,6 +329,10 @@ def score(
     return Scores(
         array, np.array(flagged), _rank(array, verdicts), [[x.template for x in lines] for lines in streams]
     )
+
+
+def _critical(line: ScoredLine) -> bool:
+    return line.level == "critical" and line.verdict != "normal"
 
 
 def _rank(values: np.ndarray, verdicts: list[str | None]) -> np.ndarray:
@@ -398,9 +409,10 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
             ends = [s.end for s in outputs.scored]
         for i in members:
             priors = np.r_[0.0, [choices[i][f"prior_{name}"] for name in LEVEL_COLUMN]]
+            critical = choices[i]["critical_alerts"]
             if not case.sessions:
                 values = plain + priors[level]
-                results[i] = evaluate(values, values > threshold, labels)
+                results[i] = evaluate(values, (values > threshold) | (critical & (level == 3)), labels)
                 continue
             if vocabulary not in heldout:
                 heldout[vocabulary] = heldout_of(config, outputs)
@@ -413,7 +425,7 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
                 session.session_score([w], session.end_score(end) if end is not None else None)
                 for w, end in zip(worst, ends, strict=True)
             ])  # fmt: skip
-            results[i] = evaluate(values, values > threshold, labels)
+            results[i] = evaluate(values, (values > threshold) | (critical & (top[:, 3] > -np.inf)), labels)
     return results
 
 
@@ -432,7 +444,9 @@ def choose(per_case: dict[str, list[dict[str, float]]], cases: list[Case], exclu
 # -- verdicts --------------------------------------------------------------------------------
 
 
-def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, store_path: Path) -> Scores:
+def with_verdicts(
+    case: Case, outputs: Outputs, config: ScoringConfig, critical: bool, k: int, store_path: Path
+) -> Scores:
     """Scores after an oracle's `k` verdicts, each on the top-ranked group not yet answered,
     by its lines' majority label, stored as `logstream feedback` stores them."""
     store_path.unlink(missing_ok=True)
@@ -443,7 +457,7 @@ def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, s
     calibration = calibrate(
         config, outputs
     )  # verdicts act through the scorer; the calibration is the model's
-    scores = score(calibration, outputs, case.sessions, rules)
+    scores = score(calibration, outputs, case.sessions, rules, critical)
     given = 0
     while given < k:
         best: dict[str, float] = {}
@@ -464,7 +478,7 @@ def with_verdicts(case: Case, outputs: Outputs, config: ScoringConfig, k: int, s
         except FeedbackError:
             continue
         given += 1
-        scores = score(calibration, outputs, case.sessions, rules)
+        scores = score(calibration, outputs, case.sessions, rules, critical)
     store.close()
     return scores
 
@@ -511,7 +525,7 @@ def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
         c = r["constants"]
         constants = (f"k {c['line_top_k']}, rate {c['false_alarm_rate']:g}, {c['vocabulary']}, "
                      f"priors {c['prior_warning']:g}/{c['prior_error']:g}/{c['prior_critical']:g}, "
-                     f"refit {c['refit_every']}")  # fmt: skip
+                     f"refit {c['refit_every']}, critical alerts {c['critical_alerts']}")  # fmt: skip
         cells = [name, _f(ours.get("auc_pr")), _f(ours.get("f1")), f"{ours['fa_per_1000']:.1f}",
                  *[_f(r[f"logstream, {k} verdicts"].get("auc_pr")) for k in verdicts if k],
                  *[_f(r[p].get("auc_pr")) if p in r else "" for p in peer_names], constants]  # fmt: skip
@@ -581,7 +595,9 @@ def main() -> None:
         config = scoring_config(held_out, case.sessions)
         threshold = Calibration(config=config).threshold()
         for k in verdicts:
-            s = with_verdicts(case, outputs[case.name], config, k, args.out / "verdicts.sqlite")
+            s = with_verdicts(
+                case, outputs[case.name], config, held_out["critical_alerts"], k, args.out / "verdicts.sqlite"
+            )
             row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, threshold)
         if not case.sessions:
             row["stopped source"] = stopped_source(case)
