@@ -292,17 +292,20 @@ def dev_log(
     per_kind: int = 2,
     contamination: float = 0.03,
     clean: bool = False,
+    recurring: str | None = None,
 ) -> DevLog:
-    """`lines` cut in half: the first is the baseline, contaminated with a recurring kind at about
-    `contamination` of its lines; the second gets `per_kind` incidents of every kind (the
-    recurring one too). `clean`: no injection at all (a clean log, where every flag is false)."""
+    """`lines` cut in half: the first is the baseline, contaminated with a recurring kind (seeded,
+    or `recurring`) at about `contamination` of its lines; the second gets `per_kind` incidents
+    of every kind (the recurring one too). `clean`: no injection at all (a clean log, where
+    every flag is false)."""
     half = len(lines) // 2
     baseline, scored = lines[:half], lines[half:]
     if clean:
         return DevLog(name, baseline, scored, [0] * len(scored), [None] * len(scored), None)
     fmt = FORMATS[name]
     rng = random.Random(f"{name}:{seed}")
-    recurring = rng.choice(RECURRING_KINDS)
+    chosen = rng.choice(RECURRING_KINDS)  # drawn either way: the other draws stay the same
+    recurring = recurring or chosen
     dirty = InjectedLog()
     target = contamination * len(baseline)
     plan: list[str] = []
