@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provision what the Kafka tests need (tests/kafka_broker.py): Java 17, Maven, and the
+# Provision what the Kafka tests need (benchmarks/support/kafka_broker.py): Java 17, Maven, and the
 # Apache Kafka broker jars (KRaft) resolved from Maven Central into .cache/kafka/libs.
 # Maven runs with --strict-checksums (a download that does not match the checksum Central
 # publishes fails), and every jar the broker runs must match its sha256 in

@@ -13,11 +13,11 @@ run). Each lever's token NLLs are compared with the first lever's (`drift`).
 `--merge-across-words` trains the tokenizer with merges across spaces (a common line is one
 token): compare its lines/s with a run without it.
 
-Levers (LEVERS): the torch reference attention (the engine before flash_cpu), flash_cpu (the
+Levers (LEVERS): the torch reference attention (`LOGSTREAM_FORCE_REFERENCE=1`), flash_cpu (the
 default), bigger or smaller chunks per step, torch.compile of `StreamingEngine.device_step`, bf16 weights
-and cache, one thread instead of two, an int8 ring, one chunk per stream a step (the engine
-before it took several when few streams are active), one step for all of a round's streams (the
-engine before it split them by chunk length). `--skewed` keeps 1/(i + 1) of the i-th stream's
+and cache, one thread instead of two, an int8 ring, one chunk per stream a step (the default takes
+several when few streams are active), one step for all of a round's streams (the default splits
+them by chunk length). `--skewed` keeps 1/(i + 1) of the i-th stream's
 timed lines: one busy stream and a long tail. Then the default Detector end to end (masking,
 tokenizing, mining, scoring; best of --reps): the engine's share and the host's microseconds
 per line. FLOPs per token: `roofline.engine_flops_per_token`
@@ -73,8 +73,8 @@ class Lever:
     dtype: torch.dtype = torch.float32
     threads: int | None = None  # None: as OMP_NUM_THREADS
     int8_ring: bool = False  # K/V stored as int8 with per (token, kv head) scales
-    step_chunks: int = CPU_STEP_CHUNKS  # 1: one chunk per stream a step (the engine before stop 27)
-    step_rows: int = STEP_ROWS  # huge: a round's streams never split by length (the engine before stop 43)
+    step_chunks: int = CPU_STEP_CHUNKS  # 1: one chunk per stream a step, never several
+    step_rows: int = STEP_ROWS  # huge: a round's streams never split by length
 
 
 LEVERS: dict[str, Lever] = {

@@ -21,7 +21,7 @@ itself with them set before anything imports Triton). Only CUDA timing, graph ca
 and GPU memory counters are skipped there; its numbers say nothing about a GPU.
 
 Writes under --out: bench.json (rewritten after every section), bench.md (the tables)
-and summary.txt (the goals of issue 17 with the measured figures).
+and summary.txt (the targets with the measured figures: docs/gpu/README.md).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ FULL = Plan(
                  ("base", 8192, "triton")),
     line_tokens=32, steps=10, copy_bytes=4 << 30,
     # The small preset's engine step first (D = 32, G = 2, T = 32), then the goal's decode shapes.
-    # Stop 38's H200 run: 8 warps, 4 stages and 256-key blocks were slower or did not fit.
+    # On the H200, 8 warps, 4 stages and 256-key blocks were slower or did not fit (docs/gpu/README.md).
     tune_shapes=((32, 4, 2, 32), (64, 16, 4, 1), (128, 32, 8, 1)), tune_streams=1024,
     tune_launches=tuple((n, w, st) for n in (32, 64, 128) for w in (2, 4) for st in (2, 3)),
     budgets_s={"env": 20, "correct": 45, "kernels": 60, "graph": 50, "engine": 110, "tune": 90},
@@ -778,7 +778,7 @@ def run_engine(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -
                         f"{kv_bytes_per_stream(preset, plan.L, dtype):,} B")  # fmt: skip
 
 
-# -- goals (issue 17) ---------------------------------------------------------------------------------
+# -- goals: the targets, each with its measured figure --------------------------------------------------
 
 
 def goals(report: Report) -> list[dict[str, Any]]:

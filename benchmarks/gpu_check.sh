@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot GPU check (issue 17): versions, install what the image lacks, GPU tests, benchmark.
+# One-shot GPU check (docs/gpu/README.md): versions, install what the image lacks, GPU tests, benchmark.
 #
 #   bash benchmarks/gpu_check.sh --prepare     # here, with network: build-backend wheels into .whl/
 #   bash benchmarks/gpu_check.sh --rehearse    # here, CPU: Triton interpreter, tiny shapes, ~1 min
@@ -32,7 +32,7 @@ WHEELS=.whl
 # setuptools >= 77 reads pyproject's SPDX license string; both are pure python.
 BUILD_WHEELS=("setuptools==80.9.0" "wheel==0.45.1")
 # logstream.model reads model metadata with pydantic and compiles its regexes with google-re2;
-# the image lacks both (seen on the H200, 2026-12-04). pydantic-core and google-re2 are compiled:
+# the GPU machine's image lacks both. pydantic-core and google-re2 are compiled:
 # fetched for the device's CPython 3.12.
 RUNTIME_WHEELS=("pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0"
   "typing-inspection==0.4.5" "typing-extensions==4.16.0" "google-re2==1.1.20251105")

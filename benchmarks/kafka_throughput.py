@@ -1,17 +1,17 @@
 """End-to-end lines/s through Kafka vs a file replay of the same lines, and lag under load.
 
-Starts a real Kafka broker (tests/kafka_broker.py; run .ci/kafka.sh first),
+Starts a real Kafka broker (support/kafka_broker.py; run .ci/kafka.sh first),
 then, with one model:
 
 1. replay: the lines from a file through `read_file` -> `Detector.score` ->
    JsonlSink on one worker thread, in batches of `--batch` (serve's max_poll_records);
 2. kafka: `logstream serve` (a subprocess, started and ready beforehand) consumes
    the same lines produced at once; timed from the first send to the last commit.
-   Steps 1 and 2 alternate for `--rounds`; the ratio is of the medians;
+   Steps 1 and 2 alternate `--reps` times; the ratio is of the medians;
 3. lag: lines produced at a steady rate (a share of the replay rate) for
    `--lag-seconds`; the group's lag (end offset - committed) is sampled.
 
-    .venv/bin/python benchmarks/kafka_throughput.py --lines 1000 --rounds 3 [--model DIR]
+    .venv/bin/python benchmarks/kafka_throughput.py --lines 1000 --reps 3 [--model DIR]
 """
 
 from __future__ import annotations
@@ -27,24 +27,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+# the broker, shared with the tests
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-import httpx  # noqa: E402 - after the tests/ path insert, like the imports below
-import torch  # noqa: E402
-import yaml  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
-from kafka_broker import KafkaBroker, create_topic, free_port, produce  # noqa: E402
+import httpx
+import torch
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from kafka_broker import KafkaBroker, create_topic, free_port, produce
 
-from logstream.alerts.sink import JsonlSink  # noqa: E402
-from logstream.consumers.file import read_file  # noqa: E402
-from logstream.consumers.parse import RecordParser, RejectLog  # noqa: E402
-from logstream.detector import Detector  # noqa: E402
-from logstream.inputs import parse_lines, streams_from_lines  # noqa: E402
-from logstream.settings import InputSettings  # noqa: E402
-from logstream.synth import STREAM_KEY, generate_lines  # noqa: E402
-from logstream.train import TrainConfig, save, train  # noqa: E402
+from logstream.alerts.sink import JsonlSink
+from logstream.consumers.file import read_file
+from logstream.consumers.parse import RecordParser, RejectLog
+from logstream.detector import Detector
+from logstream.inputs import parse_lines, streams_from_lines
+from logstream.settings import InputSettings
+from logstream.synth import STREAM_KEY, generate_lines
+from logstream.train import TrainConfig, save, train
 
 TIMEOUT_S = 900.0
 
@@ -157,8 +157,8 @@ def start_serve(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=1000, help="lines per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lines", type=int, default=1000, help="lines per repetition")
+    parser.add_argument("--reps", type=int, default=3, help="replay and Kafka runs, alternated")
     parser.add_argument("--batch", type=int, default=64, help="max_poll_records and replay batch")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: train tiny)")
     parser.add_argument("--lag-seconds", type=float, default=30.0)
@@ -182,12 +182,12 @@ def main() -> None:
         asyncio.run(create_topic(broker.bootstrap, topic, 1))
         asyncio.run(create_topic(broker.bootstrap, lag_topic, 1))
         serve = start_serve(work, broker, model, [topic, lag_topic], args.batch, args.threads)
-        # alternate replay and Kafka rounds over the same lines: the machine is shared, so
-        # compare medians over rounds, not one noisy pair
+        # alternate replay and Kafka runs over the same lines: the machine is shared, so
+        # compare medians over repetitions, not one noisy pair
         replays, kafkas = [], []
-        for round_ in range(args.rounds):
-            replays.append(replay_rate(model, log_file, work / f"replay-{round_}.jsonl", args.batch))
-            kafkas.append(asyncio.run(_kafka_round(broker.bootstrap, topic, messages)))
+        for rep in range(args.reps):
+            replays.append(replay_rate(model, log_file, work / f"replay-{rep}.jsonl", args.batch))
+            kafkas.append(asyncio.run(_kafka_run(broker.bootstrap, topic, messages)))
         replay, kafka = statistics.median(replays), statistics.median(kafkas)
         rate = replay * args.lag_share
         samples, drain = asyncio.run(_steady(broker.bootstrap, lag_topic, messages, rate, args.lag_seconds))
@@ -197,7 +197,7 @@ def main() -> None:
             serve.wait(timeout=60)
         broker.stop()
     result = {
-        "lines_per_round": len(messages),
+        "lines_per_rep": len(messages),
         "batch": args.batch,
         "threads": args.threads,
         "replay_lines_per_s": [round(r, 1) for r in replays],
@@ -211,7 +211,7 @@ def main() -> None:
     sys.stdout.write(json.dumps(result) + "\n")
 
 
-async def _kafka_round(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> float:
+async def _kafka_run(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> float:
     """Lines/s from the first send until serve committed the last line."""
     async with LagProbe(bootstrap, "bench") as probe:
         started = time.perf_counter()

@@ -1,6 +1,6 @@
 """A measured rebalance: false alarms, lag and restore time when `serve` replicas move.
 
-Two parts on a real Kafka broker (KRaft, tests/kafka_broker.py; run .ci/kafka.sh first), and
+Two parts on a real Kafka broker (KRaft, support/kafka_broker.py; run .ci/kafka.sh first), and
 the model check of the second (`copy`) without one:
 
 `restore`: how long the changelog restore takes per 1,000 streams. It writes N stream
@@ -53,23 +53,22 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # replicas and the broker share the cores
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
+# the broker and the synthetic model, shared with the tests
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
-import httpx  # noqa: E402 - after the path inserts, like the imports below
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-from aiokafka import AIOKafkaProducer  # noqa: E402
-from chaos import train_model as train_tests_model  # noqa: E402
-from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port  # noqa: E402
+import httpx
+import numpy as np
+import yaml
+from aiokafka import AIOKafkaProducer
+from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port, produce
+from synthetic_model import train_synthetic_model
 
-from logstream.changelog import Changelog, StreamBook, StreamState  # noqa: E402
-from logstream.detector import Detector  # noqa: E402
-from logstream.inputs import parse_lines, streams_from_lines  # noqa: E402
-from logstream.settings import KafkaSettings, StateSettings  # noqa: E402
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions  # noqa: E402
-from logstream.train import TrainConfig, save, train  # noqa: E402
+from logstream.changelog import Changelog, StreamBook, StreamState
+from logstream.detector import Detector
+from logstream.inputs import parse_lines, streams_from_lines
+from logstream.settings import KafkaSettings, StateSettings
+from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions
+from logstream.train import TrainConfig, save, train
 
 WAIT_S = 300.0
 PARTITIONS = 4
@@ -159,17 +158,23 @@ def run_copy_check(model: Path, seed: int, false_alarm_rate: float | None) -> di
 # -- restore ------------------------------------------------------------------------------------
 
 
-async def _restore_bench(broker: KafkaBroker, model: Path, streams: int, window: int) -> dict[str, Any]:
-    kafka = KafkaSettings(bootstrap_servers=broker.bootstrap, topics=["logs"])
-    state = StateSettings(changelog_topic="bench-changelog", changelog_partitions=1)
-    changelog = Changelog(kafka, state, ["logs"])
+async def restore_bench(
+    broker: KafkaBroker, model: Path, streams: int, window: int, topic: str = "logs"
+) -> dict[str, Any]:
+    kafka = KafkaSettings(bootstrap_servers=broker.bootstrap, topics=[topic])
+    state = StateSettings(changelog_topic=f"{topic}-changelog", changelog_partitions=1)
+    # the states' input partition holds a line: a record's offset must be within what it holds
+    await create_topic(broker.bootstrap, topic, 1)
+    await produce(broker.bootstrap, topic, [(None, b"a line")])
+    changelog = Changelog(kafka, state, [topic])
     await changelog.start()
     detector = Detector.load(model, window=window)
     rng = np.random.default_rng(0)
     vocab = detector.tokenizer.vocab_size
+    source = f"{topic}/0"
     states = [
         StreamState(
-            f"s{i}", detector.model_id, "logs/0", 1, 100, float(i), rng.integers(3, vocab, window).tolist()
+            f"s{i}", detector.model_id, source, 1, 100, float(i), rng.integers(3, vocab, window).tolist()
         )
         for i in range(streams)
     ]
@@ -178,11 +183,10 @@ async def _restore_bench(broker: KafkaBroker, model: Path, streams: int, window:
         assert await changelog.write(states[start : start + 500], {})
     try:
         started = time.perf_counter()
-        read = await changelog.read({"logs/0"})
+        read = await changelog.read({source}, detector.model_id, vocab)
         read_s = time.perf_counter() - started
     finally:
         await changelog.stop()
-    assert len(read) == streams
     started = time.perf_counter()
     StreamBook(state, 10 * streams).restore(detector, read)  # serve's engine: 64 re-encoded
     serve_restore_s = time.perf_counter() - started
@@ -192,6 +196,7 @@ async def _restore_bench(broker: KafkaBroker, model: Path, streams: int, window:
     per_stream_s = (time.perf_counter() - started) / len(sample)
     return {
         "streams": streams,
+        "read_states": len(read),
         "window": window,
         "record_bytes": record_bytes,
         "read_s": round(read_s, 3),
@@ -494,7 +499,7 @@ def main() -> None:
         work = Path(tmp)
         # the sessions workload needs a model trained on it; `restore` only needs a vocabulary
         sessions = args.part == "copy" or getattr(args, "workload", "") == "sessions"
-        model = args.model or (train_model if sessions else train_tests_model)(work / "model")
+        model = args.model or (train_model if sessions else train_synthetic_model)(work / "model")
         if getattr(args, "refit_every", None) is not None:
             model = with_refit_every(model, work / "model-refit", args.refit_every)
         if args.part == "copy":
@@ -504,7 +509,7 @@ def main() -> None:
         broker.start()
         try:
             if args.part == "restore":
-                result: dict[str, Any] = asyncio.run(_restore_bench(broker, model, args.streams, args.window))
+                result: dict[str, Any] = asyncio.run(restore_bench(broker, model, args.streams, args.window))
             else:
                 messages = plan(args.clusters, int(args.seconds * args.rate), args.seed, sessions)
                 result = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}

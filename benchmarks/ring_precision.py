@@ -10,7 +10,7 @@ fp32 scale per token and kv head) and bf16 weights and cache. Input: the held-ou
 HDFS sessions (each session one stream), or with `--log` one
 raw log file as one stream (its ring fills and wraps). Prints, per variant, the largest
 |score| and |surprisal| change, the share of lines whose flag changes at the model's
-threshold (issue 14's target: at most 1%) and, for sessions, the share of sessions whose flag
+threshold (the target: at most 1%) and, for sessions, the share of sessions whose flag
 changes. The last stdout line is JSON.
 """
 

@@ -1,4 +1,4 @@
-"""What the CPU step would need for issue 14's goal: the whole step at 50% of the roofline.
+"""What the CPU step would need for the speed goal: the whole step at 50% of the roofline.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/step_bound.py [--preset small] [--window 2048]
         [--streams 20] [--tokens 256] [--steps 10] [--goal 0.5]

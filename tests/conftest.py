@@ -15,9 +15,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 from kafka_broker import REPO, KafkaBroker, jars_present
+from synthetic_model import train_synthetic_model
 
 
-# --- Kafka (tests/kafka_broker.py) -------------------------------------------------------------
+# --- Kafka (benchmarks/support/kafka_broker.py) ---------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real Apache Kafka broker (KRaft, one node, loopback), started once per test session.
@@ -43,12 +44,4 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model (window 128, 1000 steps) trained on 4,000 clean synthetic lines: good enough
     to catch every synthetic incident kind (tests/test_detection.py), about a minute on 2 cores."""
-    from logstream.inputs import streams_from_lines
-    from logstream.synth import STREAM_KEY, generate_lines
-    from logstream.train import TrainConfig, save, train
-
-    streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
-    config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=1000, batch_size=16)
-    out = tmp_path_factory.mktemp("synthetic-model") / "model"
-    save(train(streams, config), out)
-    return out
+    return train_synthetic_model(tmp_path_factory.mktemp("synthetic-model") / "model")

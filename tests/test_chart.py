@@ -1295,7 +1295,7 @@ def test_repartition_stage_runs_in_its_own_deployment(
     helm: str, clean_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """repartition.enabled: a second Deployment runs `serve --role repartition` without the
-    model or a GPU, selecting only its own pods; the scorers' config no longer runs the stage
+    model or a GPU, selecting only its own pods; the scorers' config does not run the stage
     in process, validates, and the KEDA trigger watches the repartition topic they consume."""
     objects = render(helm, [CHART / "ci" / "repartition-values.yaml"], ["gpu.enabled=true"])
     stage = _by_component(objects, "repartition")

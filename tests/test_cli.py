@@ -398,7 +398,7 @@ def test_replay_line_numbers_match_the_file_and_groups(cli_model: Path, tmp_path
 
 def test_replay_notes_a_chunk_with_far_more_alerts_than_its_false_alarm_rate() -> None:
     """A chunk with more than 5% of its items over the threshold gets a note on what that may be
-    (Spark_2k's first chunk at stop 16, scored by the model of the second: 88 of 1,000, where the
+    (as when Spark_2k's first chunk is scored by the model of the second: 88 of 1,000, where the
     threshold expects 0.3); a chunk with 14 of 1,000 gets none. The table shows each chunk's
     surprisal threshold."""
     from dataclasses import replace

@@ -2,10 +2,8 @@
 threshold, and normal lines stay quiet (at about the calibrated false-alarm rate).
 
 The detector runs at a false-alarm rate of 1e-2 (score threshold 2.0): a broken order is one
-surprising token, which the quieter default (3e-4) misses on this small system. It ran at 5e-3
-until stop 39, where a broken order passed only while the online refits pulled the threshold
-down refit after refit (2.5% of normal lines alerted; docs/quality.md, "Refits on a sample cut
-at the threshold"); with that fixed its lines score 1.9-2.2 there, under the 2.3 threshold."""
+surprising token, which the quieter default (3e-4) misses on this small system, and at 5e-3
+(threshold 2.3) its lines score 1.9-2.2, under the threshold."""
 
 from __future__ import annotations
 

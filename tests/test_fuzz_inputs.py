@@ -1,4 +1,4 @@
-"""Property-based fuzzing of everything untrusted input reaches first (issue 11, point 4).
+"""Property-based fuzzing of everything untrusted input reaches first.
 
 The record parser, the normalizer and level parser, the line tokenizer and the
 sessions reader get arbitrary bytes, text and JSON structures. Each may only

@@ -12,8 +12,8 @@ from kafka_broker import LIBS, REPO, KafkaBroker
 
 def test_a_cluster_id_starting_with_a_dash_formats(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     # `kafka_broker` only for its jars: the fixture resolves them (or skips, or fails under CI)
-    # one random id in 64 starts with "-"; given as `-t ID`, Kafka's StorageTool read it as an
-    # option and the whole Kafka suite errored at setup (CI of stop 19)
+    # one random id in 64 starts with "-"; given as `-t ID`, Kafka's StorageTool reads it as an
+    # option, and the whole Kafka suite would error at setup
     broker = KafkaBroker(tmp_path, cluster_id="-0TZhVZMSual6OLw5U90RA")
     broker.write_config()
     meta = (tmp_path / "data" / "meta.properties").read_text()

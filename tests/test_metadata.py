@@ -1,4 +1,4 @@
-"""A model directory's logstream.json is validated before use (issue 11, M5).
+"""A model directory's logstream.json is validated before use.
 
 A real model directory is trained once per module (tiny preset, a few steps); each test
 damages a copy of it and checks that loading fails with one clear ModelDirError line (exit 2

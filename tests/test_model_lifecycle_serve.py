@@ -35,9 +35,9 @@ def _models(*args: str | Path) -> None:
 def test_promote_rollback_and_shadow_in_a_running_serve(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """Four rounds of traffic (each with one odd line): under v0001, after `models promote
+    """Four batches of traffic (each with one odd line): under v0001, after `models promote
     v0002`, after `models rollback`, after a POST /feedback marking the odd line normal (then it
-    is scored but not an anomaly). Each round is scored by the version live when it arrived,
+    is scored but not an anomaly). Each batch is scored by the version live when it arrived,
     every offset is audited exactly once by the live model and committed; the shadow (v0003)
     scored every record too and flagged the odd lines, its counts are on /metrics, and not
     one webhook call carries its model id."""
@@ -59,13 +59,13 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
         ).start()  # fmt: skip
         wait_for(serve.ready, "serve ready")
         placed: list[tuple[int, int]] = []
-        rounds = (
+        batches = (
             ("v0001", None),
             ("v0002", ("promote", "--store", store, "v0002")),
             ("v0001", ("rollback", "--store", store)),
             ("v0001", "feedback"),
         )
-        for i, (_, command) in enumerate(rounds):
+        for i, (_, command) in enumerate(batches):
             if command == "feedback":  # the odd line's template marked normal over HTTP
                 answer = httpx.post(
                     f"http://127.0.0.1:{feedback_port}/feedback",
@@ -79,7 +79,7 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
             messages = normal_lines(30, seed=40 + i)
             messages.insert(20, (b"web-1", ODD_LINE.encode()))
             placed += asyncio.run(produce(kafka_broker.bootstrap, topic, messages))
-            wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), f"round {i} committed")
+            wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), f"batch {i} committed")
         wait_for(lambda: len(receiver.ok()) >= 1, "a webhook call")
         reloads = serve.metric("logstream_model_reloads_total")
         shadow_flagged = serve.metric("logstream_model_flagged_lines_total", role="shadow")
@@ -94,12 +94,12 @@ def test_promote_rollback_and_shadow_in_a_running_serve(
     assert sorted(e["offset"] for e in live) == offsets  # each scored once: none lost, none twice
     assert sorted(e["offset"] for e in shadow) == offsets
     versions = [e["model"].split("@")[0] for e in sorted(live, key=lambda e: e["offset"])]
-    assert versions == [v for v, _ in rounds for _ in range(31)]
+    assert versions == [v for v, _ in batches for _ in range(31)]
     assert {e["model"].split("@")[0] for e in shadow} == {"v0003"}
     assert reloads == 2 and shadow_flagged >= 3 and live_flagged >= 3 and overlap >= 3
     odd_offsets = {offset for _, offset in placed[20::31]}
     odd = [e for e in sorted(live, key=lambda e: e["offset"]) if e["offset"] in odd_offsets]
-    assert [e["anomaly"] for e in odd] == [True, True, True, False]  # round 4: the verdict holds
+    assert [e["anomaly"] for e in odd] == [True, True, True, False]  # batch 4: the verdict holds
     assert odd[-1]["suppressed"] and suppressed >= 1
     calls = json.dumps([r.body for r in receiver.ok()])
     assert "v0001@" in calls and "v0003@" not in calls
@@ -110,7 +110,7 @@ def test_serve_outlives_damaged_versions_at_start_as_shadow_and_promoted_mid_run
 ) -> None:
     """A store whose live version (v0002) does not load, with a damaged shadow (v0003): serve
     starts on v0001 and without the shadow; a damaged v0004 promoted mid-run is refused. Both
-    rounds of traffic are scored by v0001, every offset once, and committed; /metrics counts
+    batches of traffic are scored by v0001, every offset once, and committed; /metrics counts
     the two versions and the shadow that failed and shows the fallback; the log names each."""
     store = tmp_path / "store"
     model_store.add(store, synthetic_model_dir)
@@ -125,10 +125,10 @@ def test_serve_outlives_damaged_versions_at_start_as_shadow_and_promoted_mid_run
     ).start()  # fmt: skip
     wait_for(serve.ready, "serve ready")
     placed = asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=50)))
-    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "round 1 committed")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "batch 1 committed")
     model_store.promote(store, "v0004")  # as a store library call does it: no trial load
     placed += asyncio.run(produce(kafka_broker.bootstrap, topic, normal_lines(30, seed=51)))
-    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "round 2 committed")
+    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "batch 2 committed")
     failures = serve.metric("logstream_model_load_failures_total")
     fallback = serve.metric("logstream_model_fallback")
     shadow_failures = serve.metric("logstream_shadow_failures_total", stage="load")

@@ -1,4 +1,4 @@
-"""`logstream serve` against hostile input and failing parts (issue 11), on a real broker.
+"""`logstream serve` against hostile input and failing parts, on a real broker.
 
 Poison messages (JSON nested past the recursion limit, a line that makes a
 backtracking regex hang), a dead-letter topic that refuses copies, and a

@@ -1,5 +1,5 @@
 """The stream key is saved with the model: replay (and tail) default to it, so a forgotten
---stream-key no longer puts every line into one `default` stream."""
+--stream-key does not put every line into one `default` stream."""
 
 from __future__ import annotations
 

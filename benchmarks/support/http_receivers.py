@@ -1,4 +1,4 @@
-"""Real HTTP receivers on 127.0.0.1 that fail on purpose, for the alert delivery tests.
+"""Real HTTP receivers on 127.0.0.1 that fail on purpose, for the alert delivery tests and the chaos run.
 
 A `Receiver` is a ThreadingHTTPServer in a daemon thread. A script decides each
 answer from the request and how many times this idempotency key was seen:

@@ -1,4 +1,5 @@
-"""A real Apache Kafka broker for the tests: KRaft, single node, on free loopback ports.
+"""A real Apache Kafka broker for the tests and the Kafka benchmarks: KRaft, single node, on free
+loopback ports.
 
 The jars come from Maven Central (`.ci/kafka.sh` resolves them into
 `.cache/kafka/libs`). `KafkaBroker` formats a scratch log dir, runs
@@ -26,7 +27,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / ".cache" / "kafka" / "libs"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
