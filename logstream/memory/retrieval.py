@@ -330,29 +330,29 @@ class IncidentMemory:
         self.clock = clock
         self.store = IncidentStore(path, self.settings.max_incidents, feedback_path)
         self.index = IncidentIndex()
-        self._lock = threading.Lock()  # the index: numpy arrays regrown as rows come
+        # the index (numpy arrays regrown as rows come), and each store write with its index update
+        self._lock = threading.Lock()
         for incident in self.store.all():
             self.index.add(incident)
 
     def record(self, seen: Incident, embedding: Embedding | None = None) -> Incident:
         """Keep what an alert group says of its incident now (`store.observed(group,
         anomaly)`), with the anomaly's line embedding when the pipeline has one."""
-        incident, evicted = self.store.record(seen, embedding)
-        self._indexed(incident, evicted)
+        with self._lock:  # the store's write and the index's together: threads record at once
+            incident, evicted = self.store.record(seen, embedding)
+            self.index.remove(evicted)
+            if incident.fingerprint not in evicted:  # at the cap, the oldest may be the new one itself
+                self.index.add(incident)
         return incident
 
     def embedded(self, fingerprint: str, embedding: Embedding) -> Incident | None:
         """Average one more line's embedding into a kept incident (`IncidentStore.embedded`);
         None when the incident is gone."""
-        incident = self.store.embedded(fingerprint, embedding)
-        if incident is not None:
-            self._indexed(incident, [])
-        return incident
-
-    def _indexed(self, incident: Incident, evicted: list[str]) -> None:
         with self._lock:
-            self.index.remove(evicted)
-            self.index.add(incident)
+            incident = self.store.embedded(fingerprint, embedding)
+            if incident is not None:
+                self.index.add(incident)
+        return incident
 
     def similar(self, fingerprint: str, feedback: list[Feedback] | None = None) -> list[PastIncident]:
         """The incidents most like this kept one that began before it (its own group's
@@ -403,8 +403,8 @@ class IncidentMemory:
 
     def prune(self) -> int:
         """Delete incidents not seen for `retention`; how many went."""
-        gone = self.store.prune(self.clock() - self.settings.retention)
         with self._lock:
+            gone = self.store.prune(self.clock() - self.settings.retention)
             self.index.remove(gone)
         return len(gone)
 
