@@ -42,6 +42,7 @@ from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
 from logstream.synth import STREAM_KEY
 
 if TYPE_CHECKING:
+    from logstream.alerts.alert import Alert
     from logstream.alerts.config import AlertsConfig
     from logstream.feedback import FeedbackRules
     from logstream.groups import Group
@@ -590,15 +591,17 @@ def replay_command(
         mark_new_words((u for g in groups for u in (g.worst, *g.examples)), unit_texts(data, report.columns))
     human = _console(stderr=json_output)  # with --json, stdout holds only the JSON line
     print_report(report, groups, human)
+    sent: list[Alert] = []
     if routes is not None:
         with contextlib.redirect_stdout(sys.stderr if json_output else sys.stdout):
-            print_alerts(report, routes, deliver)
+            sent = print_alerts(report, routes, deliver, feedback)
     summary = report.summary() | {"anomaly_groups": len(groups), "groups": [g.to_json() for g in groups]}
     if report_path is not None:
         from logstream.report import write_report
 
         texts = unit_texts(data, report.columns)
-        write_report(report, summary, texts, report_path, title=f"logstream replay of {input.name}")
+        title = f"logstream replay of {input.name}"
+        write_report(report, summary, texts, report_path, title=title, alerts=sent)
         err.print(f"report: {report_path}", highlight=False)
     for line in summary_lines(report, summary):  # whole lines: a pipe's 160 columns would wrap them
         print(printable(line), file=sys.stderr if json_output else sys.stdout)
@@ -651,24 +654,31 @@ def _once_in(score: float) -> str:
     return f"{10**score:,.0f}" if score < 6 else f"10^{score:.0f}"
 
 
-def print_alerts(report: ReplayReport, routes: AlertsConfig, deliver: bool) -> None:
-    """Route the replay's anomalies and print one line per notification.
+def print_alerts(
+    report: ReplayReport, routes: AlertsConfig, deliver: bool, feedback: Path | None = None
+) -> list[Alert]:
+    """Route the replay's anomalies, print one line per notification (a firing one with the
+    past incidents of the replay most like it under it) and return the notifications.
 
     The anomalies are the detector's own (`Detector.anomaly`, as serve and tail hand them
     off), collected as they were scored (`ReplayOptions.alerts`). Grouping runs on the log's
     own time where a line starts with a timestamp (a line without one takes the latest time
     seen before it; a log without any is replayed as if all of it arrived now). In lines
     format each alert carries the stream's lines around it (the whole file is at hand, so
-    the lines after it too)."""
+    the lines after it too). Its verdicts are --feedback's."""
+    from logstream.alerts.past import seen_before
     from logstream.alerts.pipeline import format_alert, run_replay_alerts
 
-    sent, pending = run_replay_alerts(report.anomalies, routes, deliver=deliver)
+    sent, pending = run_replay_alerts(report.anomalies, routes, deliver=deliver, feedback_path=feedback)
     for alert in sent:
         sys.stdout.write(printable(format_alert(alert, routes)) + "\n")
+        for line in seen_before(alert.past_incidents):
+            sys.stdout.write("    " + printable(line) + "\n")
     verb = "sent" if deliver else "would send (dry run; --deliver sends)"
     left = f", {pending} still pending in the outbox" if pending else ""
     summary = f"alerts: {len(report.anomalies)} anomalies -> {len(sent)} notifications {verb}{left}"
     err.print(summary, highlight=False, markup=False)
+    return sent
 
 
 app.add_typer(

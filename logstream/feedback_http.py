@@ -1,5 +1,5 @@
 """`POST /feedback` on serve's feedback port: the same verdicts as `logstream feedback`, for a
-Slack button or a PagerDuty webhook.
+Slack button or a PagerDuty webhook; and the incident memory's routes (below).
 
     curl -H "Authorization: Bearer $TOKEN" -d '{"verdict": "normal", "fingerprint": "logstream-3f2a..."}' \\
         http://logstream:8081/feedback
@@ -22,6 +22,18 @@ without one, 400 for one that is not a number, 413 above 64 KiB (nothing read), 
 client stops sending. Answers: 201 `{"stored": [...]}`, 400 with a one-line reason, 409 with
 `templates` when a fingerprint's group holds several, 503 while the model (whose masking a
 raw line needs) loads or the database is unavailable.
+
+The incident memory (logstream.memory; serve keeps one with sink kind alerts), with the
+same tokens, author and body limits:
+
+    POST /incidents/FINGERPRINT/resolution   {"text": "what it was and what was done"}
+    GET  /incidents/FINGERPRINT              the incident, its verdicts, the incidents like it
+    GET  /incidents/search?q=TEXT            the incidents most like some text (words)
+
+as `logstream incidents resolve|show|search` do; the resolution's author is the token's
+user. Answers: 200 with JSON, 400 with a one-line reason, 404 for an unknown fingerprint
+(or without a memory), 405 for another method, 503 while the memory's database is
+unavailable.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import structlog
 
@@ -44,6 +57,8 @@ from logstream.feedback import (
     FeedbackUnavailable,
 )
 from logstream.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
+from logstream.memory.retrieval import IncidentMemory
+from logstream.memory.store import IncidentError, IncidentUnavailable, UnknownIncident
 from logstream.metrics import FEEDBACK, BoundedWSGIServer, HttpLimits, start_server
 from logstream.normalize import Normalizer
 from logstream.settings import ServeSettings, SettingsError
@@ -54,6 +69,8 @@ MAX_BODY_BYTES = 65_536
 FIELDS = {"verdict", "template", "line", "fingerprint", "all", "stream", "for", "until", "comment"}
 ANONYMOUS = "anonymous"
 MIN_TOKEN_CHARS = 16  # a guessable token would make the author whoever guessed it
+MAX_QUERY_CHARS = 4096  # a search's text: a log line, or a few words
+ROUTES = "POST /feedback; GET /incidents/search?q=TEXT, GET /incidents/FINGERPRINT, POST /incidents/FINGERPRINT/resolution"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 Answer = tuple[str, dict[str, Any]]
 
@@ -91,7 +108,8 @@ def load_tokens(path: Path) -> dict[str, str]:
 
 class FeedbackEndpoint:
     """The WSGI app of the feedback port. `normalizer` is set once the model is loaded (a raw
-    `line` needs it; until then such a request answers 503)."""
+    `line` needs it; until then such a request answers 503); `incidents` once the alert sink
+    has opened its incident memory."""
 
     def __init__(
         self,
@@ -107,14 +125,57 @@ class FeedbackEndpoint:
         self.allow_without_token = allow_without_token
         self.retention_days = retention_days
         self.normalizer: Normalizer | None = None
+        self.incidents: IncidentMemory | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != "/feedback":
-            status, body = "404 Not Found", {"error": "POST /feedback"}
-        else:
+        path = str(environ.get("PATH_INFO", ""))
+        if path == "/feedback":
             status, body = self._handle(environ)
+        elif path.startswith("/incidents/"):
+            status, body = self._incident_route(environ, path.removeprefix("/incidents/").split("/"))
+        else:
+            status, body = "404 Not Found", {"error": ROUTES}
         start_response(status, [("Content-Type", "application/json")])
         return [json.dumps(body).encode() + b"\n"]
+
+    def _incident_route(self, environ: dict[str, Any], parts: list[str]) -> Answer:
+        author = self._author(environ.get("HTTP_AUTHORIZATION", ""))
+        if isinstance(author, tuple):
+            return author
+        if self.incidents is None:
+            return "404 Not Found", {
+                "error": "no incident memory here (serve keeps one with sink kind alerts)"
+            }
+        method = environ.get("REQUEST_METHOD")
+        if parts == ["search"]:
+            route, wanted = lambda memory: self._search(memory, environ), "GET"
+        elif len(parts) == 1 and parts[0]:
+            route, wanted = lambda memory: _show(memory, parts[0]), "GET"
+        elif len(parts) == 2 and parts[0] and parts[1] == "resolution":
+            route, wanted = lambda memory: _resolve(memory, parts[0], environ, author), "POST"
+        else:
+            return "404 Not Found", {"error": ROUTES}
+        if method != wanted:
+            return "405 Method Not Allowed", {"error": f"{wanted} only"}
+        try:
+            return route(self.incidents)
+        except UnknownIncident as exc:
+            return "404 Not Found", {"error": str(exc)}
+        except IncidentUnavailable as exc:  # locked, full or closed: the caller may retry
+            log.error("incident_memory_unavailable", error=str(exc))
+            return "503 Service Unavailable", {"error": str(exc)}
+        except (IncidentError, FeedbackError) as exc:
+            return "400 Bad Request", {"error": str(exc)}
+
+    def _search(self, memory: IncidentMemory, environ: dict[str, Any]) -> Answer:
+        query = parse_qs(str(environ.get("QUERY_STRING", ""))).get("q", [""])
+        text = query[0].strip()
+        if len(query) != 1 or not text:
+            return "400 Bad Request", {"error": "q: one text to look for (?q=...)"}
+        if len(text) > MAX_QUERY_CHARS:
+            return "400 Bad Request", {"error": f"q: longer than {MAX_QUERY_CHARS} characters"}
+        normalizer = self.normalizer or Normalizer()  # the model's masking once it is loaded
+        return "200 OK", {"incidents": [p.to_json() for p in memory.search([normalizer.mask(text)])]}
 
     def _handle(self, environ: dict[str, Any]) -> Answer:
         if environ.get("REQUEST_METHOD") != "POST":
@@ -205,6 +266,32 @@ class FeedbackEndpoint:
         return resolve(
             request.get("verdict", ""), target, self.store, normalizer=self.normalizer, stamp=stamp
         )
+
+
+def _show(memory: IncidentMemory, fingerprint: str) -> Answer:
+    """One incident with its verdicts, and the past incidents most like it (`incidents show`)."""
+    incident = memory.store.get(fingerprint)
+    if incident is None:
+        raise UnknownIncident(f"fingerprint {fingerprint}: no such incident")
+    verdicts = [f.to_json() for f in memory.store.verdicts_for(incident, memory.clock())]
+    similar = [p.to_json() for p in memory.similar(fingerprint)]
+    return "200 OK", {"incident": incident.to_json() | {"verdicts": verdicts}, "similar": similar}
+
+
+def _resolve(memory: IncidentMemory, fingerprint: str, environ: dict[str, Any], author: str) -> Answer:
+    """`{"text": ...}`: the incident's resolution, written as by the token's user."""
+    body = read_body(environ)
+    if isinstance(body, tuple):
+        return body
+    try:
+        request = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "400 Bad Request", {"error": "body is not JSON"}
+    if not isinstance(request, dict) or set(request) != {"text"} or not isinstance(request["text"], str):
+        return "400 Bad Request", {"error": 'body: expected {"text": "what it was and what was done"}'}
+    incident = memory.resolve(fingerprint, request["text"], author)
+    log.info("incident_resolved", alert_id=fingerprint, by=author, remote=environ.get("REMOTE_ADDR", ""))
+    return "200 OK", {"incident": incident.to_json()}
 
 
 class _NotReady(Exception):

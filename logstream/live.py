@@ -11,7 +11,9 @@ which joins multi-line events (`consumers.multiline`, per source and stream;
 an event is complete once its stream writes a line that does not continue
 it, or after `flush_seconds` without one), scores what has arrived as one
 batch, prints each anomaly (for a person, with control characters escaped:
-`printable`; or `--json` lines) and hands them to the alert sink.
+`printable`; or `--json` lines) and hands them to the alert sink. With the alert sink, the
+first anomaly printed of each incident is followed by the past incidents most like it
+(`seen before:`, from the sink's incident memory, as the incident's alert will carry them).
 
 The model is a directory, or a model store followed as serve follows it
 (`live_model.ModelFollower`): between two batches, a promote or rollback
@@ -33,16 +35,19 @@ import queue
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
+from logstream.alerts import past
 from logstream.alerts.alert import rfc3339
 from logstream.alerts.context import LineContext, anomalies_of
+from logstream.alerts.pipeline import AlertSink
 from logstream.alerts.sink import AnomalySink
 from logstream.consumers.file import read_file
 from logstream.consumers.multiline import JoinStats, joiner_for
@@ -62,6 +67,7 @@ log = structlog.get_logger(__name__)
 QUEUE_RECORDS = 4096  # records read but not yet scored (readers wait beyond it)
 MAX_BATCH = 256  # records scored together at most (serve's kafka.max_poll_records default)
 POLL_SECONDS = 0.2  # how often a waiting loop looks at the stop flag
+SHOWN_INCIDENTS = 4096  # incidents whose past ones were printed (the oldest forgotten first)
 
 
 @dataclass(frozen=True)
@@ -139,9 +145,36 @@ def format_anomaly(anomaly: Anomaly) -> str:
     ) + "".join("\n    " + printable(line) for line in rest)
 
 
-def anomaly_json(anomaly: Anomaly) -> str:
-    """One JSON line per anomaly: every field of `Anomaly` (as serve's `JsonlSink` writes it)."""
-    return json.dumps(asdict(anomaly))
+def anomaly_json(anomaly: Anomaly, past_incidents: Sequence[dict[str, Any]] = ()) -> str:
+    """One JSON line per anomaly: every field of `Anomaly` (as serve's `JsonlSink` writes it),
+    and `past_incidents` when it has some."""
+    fields = asdict(anomaly)
+    if past_incidents:
+        fields["past_incidents"] = list(past_incidents)
+    return json.dumps(fields)
+
+
+def format_past(past_incidents: Sequence[dict[str, Any]]) -> str:
+    """The lines under an anomaly that say what happened before: one per past incident."""
+    return "".join("\n    " + printable(line) for line in past.seen_before(past_incidents))
+
+
+class SeenBefore:
+    """The past incidents of the alert sink's memory, for the first anomaly printed of each
+    incident (later ones of the same incident print none)."""
+
+    def __init__(self, sink: AlertSink) -> None:
+        self.sink = sink
+        self._shown: OrderedDict[str, None] = OrderedDict()
+
+    def __call__(self, anomaly: Anomaly) -> tuple[dict[str, Any], ...]:
+        fingerprint = self.sink.incident_of(anomaly)
+        if fingerprint is None or fingerprint in self._shown:
+            return ()
+        self._shown[fingerprint] = None
+        if len(self._shown) > SHOWN_INCIDENTS:
+            self._shown.popitem(last=False)
+        return self.sink.past_incidents(fingerprint)
 
 
 def run_tail(
@@ -172,6 +205,10 @@ def run_tail(
     restore = _on_signals(stop)
     context = LineContext()
     watch = QuietWatch() if options.quiet_sources else None  # sources that stop logging, as serve
+    seen = None
+    if isinstance(sink, AlertSink):
+        sink.embed_with(lambda: detector)  # the incidents' vectors: the live model's
+        seen = SeenBefore(sink)
 
     def score(batch: list[LogRecord], final: bool = False) -> None:
         nonlocal detector
@@ -182,7 +219,7 @@ def run_tail(
             batch = [j.record for j in joined]
         if follower is not None:
             detector = follower.poll(detector) or detector
-        _score(batch, detector, context, watch, out, sink, stats, options.json_output)
+        _score(batch, detector, context, watch, out, sink, stats, options.json_output, seen)
 
     try:
         for reader in readers:
@@ -275,6 +312,7 @@ def _score(
     sink: AnomalySink | None,
     stats: TailStats,
     json_output: bool,
+    seen: SeenBefore | None = None,
 ) -> None:
     if not batch:
         return
@@ -284,7 +322,9 @@ def _score(
     if sink is not None:
         sink.put(anomalies)
     for anomaly in anomalies:
-        out.write((anomaly_json(anomaly) if json_output else format_anomaly(anomaly)) + "\n")
+        found = seen(anomaly) if seen is not None else ()
+        text = anomaly_json(anomaly, found) if json_output else format_anomaly(anomaly) + format_past(found)
+        out.write(text + "\n")
     out.flush()
 
 

@@ -7,7 +7,9 @@ air-gapped laptop. Charts are inline SVG drawn here. Sections:
 - score timeline per stream: score by line number, the threshold, anomaly markers;
 - anomalies grouped by template, the surprising words highlighted in each example;
 - patterns: every template with its count, first-seen line and time, and a new flag;
-- sources that stopped logging (`logstream.quiet`), when any did.
+- sources that stopped logging (`logstream.quiet`), when any did;
+- with `--alerts`, the notifications on-call would have received, each firing one with the
+  past incidents of the replay most like it (their time, verdicts and resolution).
 
 Large replays stay readable: the timelines show the streams with the worst scores
 (`MAX_TIMELINES`), each drawn as the maximum score per pixel column, and the tables are capped.
@@ -18,12 +20,14 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from logstream.alerts import past
+from logstream.alerts.alert import Alert, rfc3339
 from logstream.groups import Group, anomaly_groups, why
 from logstream.replay import ReplayReport, Unit
 
@@ -48,6 +52,7 @@ mark{background:#ffd6d6;color:#8a0000;font-weight:700;padding:0 1px;border-radiu
 svg .score{fill:none;stroke:#3b6fb6;stroke-width:1} svg .threshold{stroke:#d33;stroke-dasharray:4 3}
 svg .anomaly{fill:#d33} svg text{font:11px system-ui,sans-serif;fill:#5b6575}
 code.group-template{display:block;max-height:4.4em;overflow:hidden} summary{cursor:pointer;font-size:12px}
+.past-incident{margin:2px 0;font-size:12.5px} .past-incident b{font-weight:600}
 """
 
 
@@ -57,9 +62,11 @@ def write_report(
     texts: Iterable[tuple[int, str, str]],
     path: Path,
     title: str,
+    alerts: Sequence[Alert] | None = None,
 ) -> None:
     """Write the HTML report of a replay. texts: (line, stream, text) of every scored unit in
-    order (`replay.unit_texts`: read again, only the anomalies drawn are kept)."""
+    order (`replay.unit_texts`: read again, only the anomalies drawn are kept); `alerts`: the
+    notifications of `replay --alerts`, in order (None: no section)."""
     groups = anomaly_groups(report.patterns)
     body = "\n".join(
         (
@@ -69,6 +76,7 @@ def write_report(
             _groups(groups, report.unit),
             _patterns(report.patterns),
             _quiet(report),
+            _alerts(alerts) if alerts is not None else "",
         )
     )
     page = (
@@ -240,40 +248,85 @@ def _groups(groups: list[Group], unit: str) -> str:
     )
 
 
+def _table(
+    section: str,
+    title: str,
+    intro: str,
+    headers: Sequence[str],
+    rows: Sequence[str],
+    total: int,
+    left_out: str,
+) -> str:
+    """A section of one table: its heading, a line saying what it shows, the rows shown, and
+    how many of `total` were left out (`left_out` says where they are)."""
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    more = total - len(rows)
+    note = f'<p class="muted">{more:,} {left_out}</p>' if more > 0 else ""
+    return (
+        f'<section id="{section}"><h2>{title}</h2><p class="muted">{intro}</p>'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</section>"
+    )
+
+
 def _patterns(patterns: list[Group]) -> str:
     ranked = sorted(patterns, key=lambda g: (-g.count, g.first))
-    rows = "".join(
+    rows = [
         f'<tr class="pattern"><td><code>{_e(g.template)}</code></td><td class="num">{g.count:,}</td>'
         f'<td class="num">{g.first:,}</td><td>{_e(g.first_time or "")}</td>'
         f'<td class="num">{g.anomalies.count if g.anomalies else 0:,}</td>'
         f"<td>{'<span class=new>new</span>' if g.novel else ''}</td></tr>"
         for g in ranked[:MAX_PATTERNS]
-    )
-    more = len(ranked) - MAX_PATTERNS
-    note = f'<p class="muted">{more:,} rarer patterns not listed.</p>' if more > 0 else ""
-    return (
-        f'<section id="patterns"><h2>Patterns ({len(patterns):,} templates)</h2>'
-        '<p class="muted">Every template of the replay: "new" means the model had never seen it.</p>'
-        "<table><thead><tr><th>template</th><th>count</th><th>first line</th><th>first seen</th>"
-        f"<th>anomalies</th><th>new</th></tr></thead><tbody>{rows}</tbody></table>{note}</section>"
-    )
+    ]
+    return _table(
+        "patterns", f"Patterns ({len(patterns):,} templates)",
+        'Every template of the replay: "new" means the model had never seen it.',
+        ("template", "count", "first line", "first seen", "anomalies", "new"), rows, len(ranked),
+        "rarer patterns not listed.",
+    )  # fmt: skip
 
 
 def _quiet(report: ReplayReport) -> str:
     if not report.quiet:
         return ""
-    rows = "".join(
+    rows = [
         f'<tr class="quiet"><td class="num">{q.score:.2f}</td>'
         f'<td class="num">{q.record.offset + 1 if q.record.offset is not None else ""}</td>'
         f'<td>{_e(q.record.stream)}</td><td class="line">{_e(q.record.line)}</td></tr>'
         for q in report.quiet[:MAX_GROUPS]
-    )
-    more = len(report.quiet) - MAX_GROUPS
-    note = f'<p class="muted">{more:,} more in the JSON summary (--json).</p>' if more > 0 else ""
+    ]
+    return _table(
+        "quiet-sources", f"Sources that stopped logging ({len(report.quiet):,})",
+        "A source (a syslog host and program, or a logger) silent for longer than its own rhythm allows, "
+        "noticed at a later line of its stream; the score is -log10 p of a normal gap this long.",
+        ("score", "noticed at line", "stream", "source"), rows, len(report.quiet),
+        "more in the JSON summary (--json).",
+    )  # fmt: skip
+
+
+def _alerts(alerts: Sequence[Alert]) -> str:
+    rows = [
+        f'<tr class="alert" data-fingerprint="{_e(a.dedup_key)}"><td>{_e(rfc3339(a.notified_at))}</td>'
+        f"<td>{_e(a.status)}</td><td>{_e(a.severity)}</td><td>{_e(a.stream)}</td>"
+        f'<td><div class="line">{_e(a.summary)}</div>{"".join(map(_past_incident, a.past_incidents))}</td></tr>'
+        for a in alerts[:MAX_GROUPS]
+    ]
+    return _table(
+        "alerts", f"Alerts on-call would have received ({len(alerts):,})",
+        "Each notification as the routes file groups and times it on the log's own time; a firing one "
+        "with the incidents earlier in this replay most like it, what was said about them (verdicts "
+        "from --feedback) and their resolution.",
+        ("notified", "status", "severity", "stream", "summary, and the incidents seen before"), rows,
+        len(alerts), "more notifications not listed.",
+    )  # fmt: skip
+
+
+def _past_incident(found: dict[str, Any]) -> str:
+    """One past incident an alert carries: when and which, what was said, what was done."""
+    said, done = past.verdicts(found), past.resolution(found)
     return (
-        f'<section id="quiet-sources"><h2>Sources that stopped logging ({len(report.quiet):,})</h2>'
-        '<p class="muted">A source (a syslog host and program, or a logger) silent for longer than its own rhythm allows, '
-        "noticed at a later line of its stream; the score is -log10 p of a normal gap this long.</p>"
-        "<table><thead><tr><th>score</th><th>noticed at line</th><th>stream</th><th>source</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>{note}</section>"
+        f'<div class="past-incident" data-fingerprint="{_e(found.get("fingerprint", ""))}">'
+        f'seen before: <span class="past-headline">{_e(past.headline(found))}</span>'
+        + (f'; <b>verdict</b> <span class="past-verdict">{_e(said)}</span>' if said else "")
+        + (f'; <b>resolution</b> <span class="past-resolution">{_e(done)}</span>' if done else "")
+        + "</div>"
     )

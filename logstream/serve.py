@@ -50,7 +50,7 @@ from aiokafka.errors import KafkaError
 
 from logstream import __version__, serve_check
 from logstream.alerts.context import LineContext, anomalies_of
-from logstream.alerts.pipeline import open_alert_sink
+from logstream.alerts.pipeline import AlertSink, open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.audit import AuditLog
 from logstream.candidate import CandidateTrainer
@@ -99,10 +99,23 @@ from logstream.train import TrainConfig
 log = structlog.get_logger(__name__)
 
 # Sink kinds by name (settings `sink.kind`).
-SINKS: dict[str, Callable[[SinkSettings], AnomalySink]] = {
-    "alerts": lambda settings: open_alert_sink(settings.routes),
-    "jsonl": lambda settings: JsonlSink(settings.path, settings.max_bytes, settings.files),
+SINKS: dict[str, Callable[[ServeSettings], AnomalySink]] = {
+    "alerts": lambda settings: open_alert_sink(
+        _routes(settings.sink), incidents=settings.incidents, feedback_path=settings.feedback.database
+    ),
+    "jsonl": lambda settings: JsonlSink(settings.sink.path, settings.sink.max_bytes, settings.sink.files),
 }
+
+
+def _routes(sink: SinkSettings) -> Path:
+    assert sink.routes is not None  # SinkSettings: kind alerts needs routes
+    return sink.routes
+
+
+def open_sink(settings: ServeSettings) -> AnomalySink:
+    """The sink `sink.kind` names; with the alert pipeline, its incident memory beside the
+    outbox (`incidents`, verdicts from `feedback.database`)."""
+    return SINKS[settings.sink.kind](settings)
 
 
 class Service:
@@ -499,8 +512,10 @@ async def serve(settings: ServeSettings) -> int:
     sink: AnomalySink | None = None
     audit: AuditLog | None = None
     try:
-        sink = SINKS[settings.sink.kind](settings.sink)  # first: a bad routes file fails fast
+        sink = open_sink(settings)  # first: a bad routes file fails fast
         health.sink_healthy = sink.healthy
+        if feedback is not None and isinstance(sink, AlertSink):
+            feedback.incidents = sink.memory  # the feedback port's /incidents routes
         audit = (
             AuditLog(settings.audit_log, settings.audit_log_max_bytes, settings.audit_log_files)
             if settings.audit_log
@@ -548,6 +563,8 @@ async def serve(settings: ServeSettings) -> int:
             stage = asyncio.create_task(Repartitioner(settings).run(stop), name="repartition")
             stage.add_done_callback(lambda _: stop.set())  # a stage that died stops serve too
         service = Service(settings, detector, sink, health, audit, follower, shadow, candidates)
+        if isinstance(sink, AlertSink):  # new incidents' lines, embedded by the live model
+            sink.embed_with(lambda: service.detector)
         graceful = await service.run(stop)
         if stage is not None:
             await stage  # raises if it died: a bug or Kafka gone, exit non-zero

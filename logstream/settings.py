@@ -34,6 +34,7 @@ from pydantic_settings import (
 
 from logstream.alerts.config import check_record_label
 from logstream.errors import UserError
+from logstream.memory.settings import IncidentMemorySettings
 from logstream.regex import check_python_regex, compile_safe
 from logstream.rotating import FILES, MAX_BYTES
 
@@ -355,7 +356,8 @@ class FeedbackSettings(_Section):
 
 
 class ServeSettings(BaseSettings):
-    """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http, state, repartition."""
+    """Everything `logstream serve` reads. Sections: model, kafka, input, sink, http, state,
+    repartition, feedback, incidents."""
 
     model_config = SettingsConfigDict(
         env_prefix="LOGSTREAM_",
@@ -372,6 +374,10 @@ class ServeSettings(BaseSettings):
     state: StateSettings = StateSettings()
     repartition: RepartitionSettings = RepartitionSettings()
     feedback: FeedbackSettings = FeedbackSettings()
+    # The incident memory (sink kind alerts: in the outbox file), which gives each alert the
+    # past incidents most like it: what it keeps and for how long, how it ranks, its links
+    # (logstream.memory.settings; docs/incident_memory.md).
+    incidents: IncidentMemorySettings = IncidentMemorySettings()
     # Lines fetched but not yet committed; above it partitions are paused.
     max_inflight_lines: int = Field(default=2_048, gt=0)
     # SIGTERM/SIGINT: time to finish the batch, commit and leave the group.

@@ -15,7 +15,8 @@ from alerts_support import FakeClock, anomaly, write_routes
 
 from logstream.alerts.config import load_config, rfc3339
 from logstream.alerts.outbox import Outbox
-from logstream.alerts.pipeline import drain
+from logstream.alerts.pipeline import AlertSink, drain
+from logstream.memory.settings import IncidentMemorySettings
 
 WAIT_S = 30.0  # bounded wait for Alertmanager to process what was posted
 
@@ -112,3 +113,31 @@ def test_alertmanager_routing_sees_every_label(alertmanager: AlertmanagerServer,
     by_stream = {a["labels"]["stream"]: a["labels"] for a in alertmanager.alerts()}
     assert (by_stream["api-1"]["namespace"], by_stream["api-1"]["severity"]) == ("shop", "warning")
     assert (by_stream["api-2"]["namespace"], by_stream["api-2"]["severity"]) == ("pay", "critical")
+
+
+def test_alertmanager_shows_the_past_incident_an_alert_carries(
+    alertmanager: AlertmanagerServer, tmp_path: Path
+) -> None:
+    """A recurring incident's alert reaches a real Alertmanager with the earlier incident's
+    time, resolution and link as annotations (label-named: Alertmanager refuses others)."""
+    clock = FakeClock(time.time() - 3600)
+    routes = write_routes(tmp_path, [{"name": "am", "alertmanager_configs": [{"url": alertmanager.url}]}])
+    settings = IncidentMemorySettings(link="https://wiki.example/incidents/{{fingerprint}}")
+    sink = AlertSink(load_config(routes), deliver=False, clock=clock, incidents=settings)
+    try:
+        sink.put([anomaly(stream="db-8")])
+        assert drain(sink.outbox, timeout=WAIT_S, clock=clock) == 0
+        assert sink.memory is not None
+        (first,) = sink.memory.store.all()
+        sink.memory.resolve(first.fingerprint, "rotated the backup volume", by="alice")
+        clock.advance(60)
+        sink.put([anomaly(stream="db-9")])
+        assert drain(sink.outbox, timeout=WAIT_S, clock=clock) == 0
+        assert sink.outbox.dead_letters() == []
+        (alert,) = _wait_for(lambda: _ours(alertmanager, "db-9"), "the recurring incident's alert")
+    finally:
+        sink.close(grace=0)
+    annotations = alert["annotations"]
+    assert annotations["past_incident"].startswith(f"{rfc3339(first.starts_at)} {first.fingerprint} (")
+    assert annotations["past_resolution"] == "rotated the backup volume (alice)"
+    assert annotations["past_incident_url"] == f"https://wiki.example/incidents/{first.fingerprint}"

@@ -631,10 +631,12 @@ def test_statefulset_keeps_the_outbox_on_a_claim_per_pod(helm: str) -> None:
 
 # What the state volume holds besides the audit log and the anomalies file, whose caps come
 # from the rendered config (docs/serve.md "Files and disk"): the alert outbox at 1,000
-# incidents a day (it replaces the anomalies file with sink kind alerts), and the feedback
-# database with SQLite's WAL files.
+# incidents a day (it replaces the anomalies file with sink kind alerts), the feedback
+# database with SQLite's WAL files, and per kept incident of the memory twice what a typical
+# one takes (docs/incident_memory.md).
 OUTBOX_BUDGET = 256 * 2**20
 FEEDBACK_BUDGET = 64 * 2**20
+INCIDENT_BUDGET = 4 * 2**10
 
 
 def _bytes(quantity: str) -> int:
@@ -649,7 +651,8 @@ def test_state_volume_holds_every_capped_file(
 ) -> None:
     """The default state volume (the emptyDir's sizeLimit, and the claim with persistence)
     holds the audit log and the anomalies file at the caps the rendered config sets, plus the
-    outbox and feedback budgets: the pod is never evicted for filling its emptyDir."""
+    outbox and feedback budgets and the incident memory at its cap: the pod is never evicted
+    for filling its emptyDir."""
     audited = ["config.serve.audit_log=audit.jsonl"]
     objects = render(helm, sets=audited)
     config = tmp_path / "serve.yaml"
@@ -657,7 +660,10 @@ def test_state_volume_holds_every_capped_file(
     settings = load_settings(config)
     sink = settings.sink.max_bytes * settings.sink.files
     need = (
-        settings.audit_log_max_bytes * settings.audit_log_files + max(sink, OUTBOX_BUDGET) + FEEDBACK_BUDGET
+        settings.audit_log_max_bytes * settings.audit_log_files
+        + max(sink, OUTBOX_BUDGET)
+        + FEEDBACK_BUDGET
+        + settings.incidents.max_incidents * INCIDENT_BUDGET
     )
     volumes = {v["name"]: v for v in workload(objects)["spec"]["template"]["spec"]["volumes"]}
     persistent = workload(render(helm, sets=[*audited, "state.persistence.enabled=true"]))
@@ -919,6 +925,8 @@ def test_name_overrides_apply_to_every_object(helm: str) -> None:
         ("gpu.enabledd=true", "enabledd"),
         ("keda.lagThreshold=lots", "lagThreshold"),
         ("model.source=s3", "source"),
+        ("config.serve.incidents.k=0", "incidents/k"),
+        ("config.serve.incidents.retention=forever", "incidents/retention"),
     ],
 )
 def test_bad_values_fail_at_render_time(helm: str, setting: str, field: str) -> None:

@@ -22,6 +22,7 @@ from logstream.alerts.config import load_config
 from logstream.alerts.grouping import Group
 from logstream.alerts.outbox import Outbox, find_incident
 from logstream.evaluation.injection import KINDS, incident
+from logstream.feedback import Feedback, FeedbackStore
 from logstream.memory.embedding import LineEmbedder
 from logstream.memory.retrieval import COMPACT_AT, IncidentIndex, IncidentMemory, text_words
 from logstream.memory.settings import IncidentMemorySettings
@@ -116,6 +117,28 @@ def test_verdicts_given_by_fingerprint_come_with_the_incident(pager: Pager) -> N
         ("anomaly", "real: disk filled by backup"),
         ("anomaly", "second look: same backup job"),
     ]
+    memory.close()
+
+
+def test_only_verdicts_in_force_on_the_incidents_streams_come_with_it(tmp_path: Path) -> None:
+    """Of the rules covering an incident's template, a past incident carries those in force
+    now whose stream glob takes one of its streams: not one that expired, not one a newer
+    verdict on the same template and scope replaced, not one scoped to other streams."""
+    clock = FakeClock()
+    path = tmp_path / "o.sqlite"
+    memory = IncidentMemory(path, IncidentMemorySettings(k=1), clock=clock)
+    memory.record(Incident("past", first_seen=1.0, streams=("prod-api",), templates=(DISK_FULL,)))
+    memory.record(Incident("now", first_seen=2.0, streams=("prod-api",), templates=(DISK_FULL,)))
+    store = FeedbackStore(path)
+    hour = 3600.0
+    expired = Feedback("normal", DISK_FULL, comment="during the migration", expires_at=clock.now - hour)
+    store.add(expired, now=clock.now - 2 * hour)
+    store.add(Feedback("normal", DISK_FULL, comment="deploy noise"), now=clock.now - hour)
+    store.add(Feedback("anomaly", DISK_FULL, comment="real: disk filled by the backup job"), now=clock.now)
+    store.add(Feedback("normal", DISK_FULL, stream="prod-db*", comment="db volume"), now=clock.now)
+    store.add(Feedback("anomaly", DISK_FULL, stream="prod-a*", comment="api volume"), now=clock.now)
+    (past,) = memory.similar("now")
+    assert [f.comment for f in past.verdicts] == ["real: disk filled by the backup job", "api volume"]
     memory.close()
 
 

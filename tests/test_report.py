@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from alerts_support import webhook, write_routes
 
 from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
@@ -49,15 +50,21 @@ def logstream(*args: str | Path, timeout: float = 600) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def replayed(synthetic_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A labelled incident log replayed with --report; returns the report and the JSON summary."""
+    """A labelled incident log (each kind twice) replayed with --report and --alerts (an
+    incident resolves after 10 s of the log's time, so each kind's second occurrence is an
+    incident of its own); returns the report and the JSON summary."""
     tmp = tmp_path_factory.mktemp("report")
     log = generate_lines(800, seed=7, incidents=INCIDENT_KINDS * 2)
     (tmp / "incidents.log").write_text("\n".join(log.lines) + "\n")
     (tmp / "labels.txt").write_text("\n".join(map(str, log.labels)) + "\n")
     report = tmp / "report.html"
+    routes = write_routes(
+        tmp, [webhook("hook", "http://127.0.0.1:9")], **{"global": {"resolve_timeout": "10s"}}
+    )
     result = logstream(
         "replay", tmp / "incidents.log", "--model", synthetic_model_dir, "--stream-key", STREAM_KEY,
         "--labels", tmp / "labels.txt", "--false-alarm-rate", "5e-3", "--report", report, "--json",
+        "--alerts", routes,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return report, json.loads(result.stdout)
@@ -134,6 +141,27 @@ def test_report_in_chromium_shows_the_anomalies(
     assert f"{summary['precision']:.3f}" in cards["card-precision"]
     assert f"{summary['recall']:.3f}" in cards["card-recall"]
     assert len(dom.find("tr", "pattern")) > 0
+
+
+def test_report_shows_the_past_incidents_each_alert_carries(
+    chromium: str, replayed: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """With --alerts, Chromium shows the notifications on-call would have received, and an
+    incident that recurs carries its earlier occurrence: a notification lists, as seen
+    before, the incident of an earlier notification, with its time."""
+    dumped = _chromium(chromium, tmp_path, "--dump-dom", replayed[0].as_uri())
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    dom = _Dom()
+    dom.feed(dumped.stdout)
+    rows = dom.find("tr", "alert")
+    earlier: set[str] = set()
+    recurring = []
+    for attrs, text in rows:
+        past = re.findall(r"seen before: (\S+) (logstream-[0-9a-f]{32})", text)
+        recurring += [(when, fingerprint) for when, fingerprint in past if fingerprint in earlier]
+        earlier.add(attrs["data-fingerprint"])
+    assert rows and recurring, [text for _, text in rows]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", when) for when, _ in recurring)
 
 
 def test_report_screenshot(chromium: str, replayed: tuple[Path, dict], tmp_path: Path) -> None:

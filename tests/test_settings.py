@@ -109,6 +109,18 @@ def test_secret_is_not_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ("kafka: {topics: [logs]}\n", "model", "Field required"),
         (MINIMAL + "sink: {kind: alerts}\n", "sink", "needs sink.routes"),
         (MINIMAL + "audit_log_files: 0\n", "audit_log_files", "greater than 0"),
+        (MINIMAL + "incidents: {k: 0}\n", "incidents.k", "greater than 0"),
+        (MINIMAL + "incidents: {retention: soon}\n", "incidents.retention", "not a duration"),
+        (
+            MINIMAL + "incidents: {link: 'https://wiki.example/{{stream}}'}\n",
+            "incidents.link",
+            "{{fingerprint}} and no other variable",
+        ),
+        (
+            MINIMAL + "incidents: {link: 'file:///incidents/{{fingerprint}}'}\n",
+            "incidents.link",
+            "scheme 'file' is not allowed",
+        ),
         (
             MINIMAL + "fetch_stall_seconds: 60\nstate: {changelog_topic: c, restore_timeout_seconds: 120}\n",
             "settings",

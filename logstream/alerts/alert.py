@@ -53,9 +53,19 @@ class Alert:
     examples: list[str] | tuple[str, ...] = ()  # first line of each distinct alert
     links: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()  # (name, url)
     explanation: str = ""  # why its first line scored high, in words (replay's table says the same)
+    # the past incidents most like this one, best first (`PastIncident.to_json`: time, verdicts,
+    # resolution ...), as the incident memory found them when the notification was made
+    past_incidents: list[dict[str, Any]] | tuple[dict[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, group: Group, status: str, resolve_timeout: float, links: Sequence[Link] = ()) -> Alert:
+    def of(
+        cls,
+        group: Group,
+        status: str,
+        resolve_timeout: float,
+        links: Sequence[Link] = (),
+        past_incidents: Sequence[dict[str, Any]] = (),
+    ) -> Alert:
         # log time, but never after we saw it (a producer's clock ahead would put startsAt
         # after endsAt, which Alertmanager refuses)
         starts = min(group.event_time, group.first_seen) if group.event_time else group.first_seen
@@ -96,6 +106,7 @@ class Alert:
             examples=list(group.examples),
             links=render_links(links, group.runbook_url, variables),
             explanation=group.explanation,
+            past_incidents=list(past_incidents),
         )
 
     @property

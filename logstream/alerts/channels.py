@@ -9,6 +9,12 @@
 - alertmanager: `POST /api/v2/alerts` with a list of postable alerts;
   `endsAt` in the past resolves (Alertmanager's OpenAPI spec).
 
+A firing alert carries the past incidents most like it (logstream.memory): the top one's
+time, verdicts, comments and resolution as short annotations (`past_incident`,
+`past_verdict`, `past_resolution`, `past_incident_url`), all of them as JSON in the
+webhook's alert (`pastIncidents`) and PagerDuty's `custom_details.past_incidents`, and a
+"Seen before" section in Slack.
+
 Every request carries an `Idempotency-Key` header; receivers that honour it
 can drop the duplicates that at-least-once delivery implies.
 
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from logstream.alerts import past
 from logstream.alerts.alert import Alert, rfc3339
 from logstream.alerts.config import (
     AlertmanagerConfig,
@@ -40,6 +47,7 @@ SLACK_SECTION_CHARS = 3000  # Block Kit limit for a section's text
 SLACK_BUTTONS = 5  # buttons shown (Block Kit allows 25 per actions block)
 SLACK_BUTTON_TEXT = 75  # Block Kit limit for a button's text
 SLACK_URL_CHARS = 3000  # Block Kit limit for a button's url
+SLACK_PAST_CHARS = 300  # a past incident's headline and verdicts each; its resolution twice that
 PAGERDUTY_SUMMARY_CHARS = 1024  # Events v2 limit
 PAGERDUTY_SEVERITY = {"critical": "critical", "error": "error", "warning": "warning"}
 
@@ -101,8 +109,22 @@ def _annotations(alert: Alert) -> dict[str, str]:
         "runbook_url": runbook,
         # annotation names must be label names (Alertmanager refuses others): one text field
         "links": "\n".join(f"{name}: {url}" for name, url in alert.links if name != RUNBOOK),
+        **_past_annotations(alert),
     }
     return {k: v for k, v in notes.items() if v}
+
+
+def _past_annotations(alert: Alert) -> dict[str, str]:
+    """The most alike past incident, short: when and which, what was said, what was done."""
+    if not alert.past_incidents:
+        return {}
+    top = alert.past_incidents[0]
+    return {
+        "past_incident": past.headline(top),
+        "past_verdict": past.verdicts(top),
+        "past_resolution": past.resolution(top),
+        "past_incident_url": str(top.get("url", "")),
+    }
 
 
 # Labels routes and silences see that a sent alert leaves to its annotations: a label is the
@@ -152,6 +174,7 @@ def render_webhook(cfg: WebhookConfig, alert: Alert) -> Request:
                 "endsAt": _ends_at(alert),
                 "generatorURL": _generator_url(alert),
                 "fingerprint": alert.dedup_key,
+                "pastIncidents": list(alert.past_incidents),
             }
         ],
     }
@@ -207,6 +230,8 @@ def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
         {"type": "section", "text": {"type": "mrkdwn", "text": code}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
     ]
+    if alert.past_incidents:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _slack_past(alert)}})
     buttons = [
         {"type": "button", "text": {"type": "plain_text", "text": _cut(name, SLACK_BUTTON_TEXT)}, "url": url}
         for name, url in alert.links[:SLACK_BUTTONS]
@@ -216,6 +241,28 @@ def render_slack(cfg: SlackConfig, alert: Alert) -> Request:
         blocks.append({"type": "actions", "elements": buttons})
     body = {"text": f"{icon} {slack_escape(alert.summary)}", "blocks": blocks}
     return Request(cfg.api_url.get_secret_value(), body, {})
+
+
+def _slack_past(alert: Alert) -> str:
+    """*Seen before*, one bullet per past incident: when, which, what was said and done (log
+    and operator text escaped, each part cut to its share; a configured link is the
+    fingerprint's link). Bullets that would pass the section's limit are left out."""
+    text = "*Seen before*"
+    for found in alert.past_incidents:
+        head = _cut_escaped(past.headline(found), SLACK_PAST_CHARS)
+        url = str(found.get("url", ""))
+        fingerprint = slack_escape(str(found.get("fingerprint", "")))
+        if url and fingerprint and len(url) <= SLACK_URL_CHARS and not any(c in url for c in "<>|"):
+            head = head.replace(fingerprint, f"<{url}|{fingerprint}>", 1)
+        bullet = f"\n• {head}"
+        if said := past.verdicts(found):
+            bullet += f"\n   *Verdict:* {_cut_escaped(said, SLACK_PAST_CHARS)}"
+        if done := past.resolution(found):
+            bullet += f"\n   *Resolution:* {_cut_escaped(done, 2 * SLACK_PAST_CHARS)}"
+        if len(text) + len(bullet) > SLACK_SECTION_CHARS:
+            break
+        text += bullet
+    return text
 
 
 def _slack_lines(alert: Alert) -> str:
@@ -249,12 +296,18 @@ def render_pagerduty(cfg: PagerDutyConfig, alert: Alert) -> Request:
             "component": alert.stream,
             "group": alert.receiver,
             "class": "log_anomaly",
-            "custom_details": _annotations(alert),
+            "custom_details": _annotations(alert) | _past_details(alert),
         },
         "client": "logstream",
-        "links": [{"href": url, "text": name} for name, url in alert.links],
+        "links": [{"href": url, "text": name} for name, url in alert.links]
+        + [{"href": p["url"], "text": f"Past incident {p['fingerprint']}"} for p in alert.past_incidents if p.get("url")],
     }  # fmt: skip
     return Request(cfg.url, body, {})
+
+
+def _past_details(alert: Alert) -> dict[str, Any]:
+    """PagerDuty's custom_details take JSON: every past incident, whole."""
+    return {"past_incidents": list(alert.past_incidents)} if alert.past_incidents else {}
 
 
 def render_alertmanager(cfg: AlertmanagerConfig, alert: Alert) -> Request:

@@ -145,7 +145,7 @@ def _read_secret_file(ref: str) -> str:
         raise ValueError(f"secret file {path} is not UTF-8 text") from None
 
 
-def _check_url(url: str, *, https_only: bool = False) -> None:
+def check_url(url: str, *, https_only: bool = False) -> None:
     """http(s) with a host; `https_only` allows plain http to loopback only. The reason
     names the scheme or the missing part, never the URL (it may carry a token)."""
     try:
@@ -177,17 +177,17 @@ def _secret_url(value: SecretStr, info: ValidationInfo) -> SecretStr:
         if url.startswith(("${", "file:")):
             return value  # the whole URL is a reference: nothing to check without it
         url = _ENV_REF.sub("x", url)
-    _check_url(url)
+    check_url(url)
     return value
 
 
 def _http_url(value: str) -> str:
-    _check_url(value)
+    check_url(value)
     return value
 
 
 def _https_url(value: str) -> str:
-    _check_url(value, https_only=True)
+    check_url(value, https_only=True)
     return value
 
 
@@ -422,7 +422,7 @@ def check_link_template(template: str, info: ValidationInfo | None = None) -> No
             raise ValueError(
                 f"unknown variable {{{{{name}}}}} (known: {', '.join(LINK_VARIABLES)}, labels.NAME)"
             )
-    _check_url(TEMPLATE_VARIABLE.sub("x", template))
+    check_url(TEMPLATE_VARIABLE.sub("x", template))
 
 
 class Link(_Strict):

@@ -12,9 +12,16 @@ receiver said 2xx, so a crash between the two re-sends it with the same key.
 Deliveries for one (channel, dedup_key) go out in order (a resolve never
 overtakes its trigger).
 
+With an incident memory (`incidents`, logstream.memory.recorder), every group a `put` or a
+flush committed is recorded there (still under the outbox's lock, so no flush can notify a
+group before its incident is kept), and each firing notification carries the past
+incidents most like its incident (`Alert.past_incidents`), stored with the delivery so that
+a retry sends the same payload.
+
 Disk stays bounded: the worker prunes delivered rows after `delivery.retention`, dead
 letters after `dead_retention`, and resolved groups whose last anomaly is older than
-`resolved_retention` once none of their deliveries is left. A fingerprint lookup
+`resolved_retention` once none of their deliveries is left (and the incident memory its
+incidents past its retention). A fingerprint lookup
 (`find_incident`) reads one row through an index on the groups' dedup keys.
 
 SQLite failures a caller can act on (a corrupt or locked file, a full disk)
@@ -34,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import structlog
 
@@ -165,6 +173,20 @@ class Attempt:
     retry_at: float | None
 
 
+class IncidentLog(Protocol):
+    """The incident memory as the outbox sees it (logstream.memory.recorder); it never raises."""
+
+    def changed(self, groups: Sequence[tuple[Group, Sequence[Anomaly]]]) -> None:
+        """Groups just committed, each with the anomalies that were new distinct alerts in it."""
+
+    def past(self, fingerprints: Sequence[str]) -> list[tuple[dict[str, Any], ...]]:
+        """For each incident (a group's dedup key), the past incidents most like it, as its
+        alert carries them."""
+
+    def prune(self) -> None:
+        """Delete the incidents past the memory's retention."""
+
+
 def channel_names(config: AlertsConfig, receiver: str) -> list[tuple[str, bool]]:
     """(channel name, send_resolved) for each channel config of a receiver, in file order."""
     return [(c.name, c.config.send_resolved) for c in channels(config).values() if c.receiver == receiver]
@@ -189,6 +211,7 @@ class Outbox:
         self.path = str(path)
         self.clock = clock
         self.on_put = on_put
+        self.incidents: IncidentLog | None = None  # set by the sink that opens the memory
         self._lock = threading.Lock()
         self._legacy_silences = LegacyFile(config.silences_file, config.label_names)
         timeout = config.delivery.lock_timeout
@@ -213,24 +236,41 @@ class Outbox:
         if not anomalies:
             return
         now = self.clock()
-        with _sqlite_errors(self.path), self._lock, self._transaction(self._db):
-            touched: dict[str, Group] = {}
-            for anomaly in anomalies:
-                labels = anomaly_labels(anomaly)
-                for match in route(self.config, labels, anomaly.score):
-                    key = group_key(match, labels)
-                    held = touched[key] if key in touched else self._load(key)
-                    touched[key] = absorb(held, anomaly, labels, match, key, now)
-            self._db.executemany(
-                "INSERT OR REPLACE INTO groups (key, state, next_eval, data, dedup_key, last_seen)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (g.key, g.state, g.next_eval, _dump_group(g), g.dedup_key, g.last_seen)
-                    for g in touched.values()
-                ],
-            )
+        with _sqlite_errors(self.path), self._lock:
+            with self._transaction(self._db):
+                touched: dict[str, Group] = {}
+                fresh: dict[str, list[Anomaly]] = {}  # group key -> its new distinct alerts
+                for anomaly in anomalies:
+                    labels = anomaly_labels(anomaly)
+                    for match in route(self.config, labels, anomaly.score):
+                        key = group_key(match, labels)
+                        held = touched[key] if key in touched else self._load(key)
+                        group = touched[key] = absorb(held, anomaly, labels, match, key, now)
+                        if _new_distinct(held, group):
+                            fresh.setdefault(key, []).append(anomaly)
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO groups (key, state, next_eval, data, dedup_key, last_seen)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (g.key, g.state, g.next_eval, _dump_group(g), g.dedup_key, g.last_seen)
+                        for g in touched.values()
+                    ],
+                )
+            if self.incidents is not None:
+                self.incidents.changed([(g, fresh.get(key, ())) for key, g in touched.items()])
         if self.on_put is not None:
             self.on_put()
+
+    def incident_of(self, anomaly: Anomaly) -> str | None:
+        """The fingerprint (dedup key) of the incident an anomaly is part of now: its first
+        route's group's; None when it matched no route."""
+        labels = anomaly_labels(anomaly)
+        matched = route(self.config, labels, anomaly.score)
+        if not matched:
+            return None
+        with _sqlite_errors(self.path), self._lock:
+            group = self._load(group_key(matched[0], labels))
+        return group.dedup_key if group is not None else None
 
     def close(self) -> None:
         with self._lock:
@@ -279,11 +319,16 @@ class Outbox:
             if not self._wdb.execute(f"SELECT 1 FROM groups WHERE {due}", (now,)).fetchone():
                 return []  # nothing due: no write transaction
             silences = [*self.config.silences, *SilenceTable(self._wdb).active(now)]
-            return self._flush(now, silences, early)
+            made, changed = self._flush(now, silences, early)
+            if self.incidents is not None and changed:  # after the commit: the memory writes the file too
+                self.incidents.changed([(group, ()) for group in changed])
+            return made
 
-    def _flush(self, now: float, silences: list[Silence], early: bool) -> list[Alert]:
+    def _flush(self, now: float, silences: list[Silence], early: bool) -> tuple[list[Alert], list[Group]]:
+        """(the notifications made, the groups whose state changed), committed."""
         resolve_timeout = self.config.global_.resolve_timeout
-        made: list[Alert] = []
+        notify: list[tuple[Group, str]] = []
+        changed: list[Group] = []
         with self._transaction(self._wdb):
             sources = self._inhibit_sources(resolve_timeout, now) if self.config.inhibit_rules else []
             rows = self._wdb.execute(
@@ -303,7 +348,10 @@ class Outbox:
                 if inhibited is not None:
                     mutes.append(inhibited)
                 until = min(mutes) if mutes else None  # re-evaluated when the first one ends
+                state = group.state
                 group, status = evaluate(group, now, resolve_timeout, until, early=early)
+                if group.state != state:
+                    changed.append(group)
                 self._wdb.execute(
                     "UPDATE groups SET state = ?, next_eval = ?, data = ?, dedup_key = ?, last_seen = ?"
                     " WHERE key = ?",
@@ -322,10 +370,24 @@ class Outbox:
                     elif inhibited is not None:
                         log.info("alert_inhibited", alert_id=group.dedup_key)
                     continue
-                alert = Alert.of(group, status, resolve_timeout, self.config.links)
-                made.append(alert)
+                notify.append((group, status))
+            made = self._notifications(notify, resolve_timeout)
+            for alert in made:
                 self._enqueue(alert, now)
-        return made
+        return made, changed
+
+    def _notifications(self, notify: list[tuple[Group, str]], resolve_timeout: float) -> list[Alert]:
+        """The alerts of the groups notified, in order; firing ones with their past incidents
+        (looked up together: the verdicts are read once)."""
+        firing = [group for group, status in notify if status == "firing"]
+        past = {}
+        if self.incidents is not None and firing:
+            found = self.incidents.past([group.dedup_key for group in firing])
+            past = {group.key: incidents for group, incidents in zip(firing, found, strict=True)}
+        return [
+            Alert.of(group, status, resolve_timeout, self.config.links, past.get(group.key, ()))
+            for group, status in notify
+        ]
 
     def _inhibit_sources(self, resolve_timeout: float, now: float) -> list[Inhibitors]:
         """Per inhibit rule: the open groups (not yet due to resolve) that match its source
@@ -496,6 +558,8 @@ class Outbox:
         OUTBOX_PRUNED.labels("delivered").inc(delivered)
         OUTBOX_PRUNED.labels("dead").inc(dead)
         OUTBOX_PRUNED.labels("resolved").inc(resolved)
+        if self.incidents is not None:
+            self.incidents.prune()
         return delivered + dead + resolved
 
     def next_attempt(self) -> float | None:
@@ -609,6 +673,12 @@ def _add_group_columns(db: sqlite3.Connection) -> None:
 def _lacks_group_columns(db: sqlite3.Connection) -> bool:
     columns = {row[1] for row in db.execute("PRAGMA table_info(groups)")}
     return bool(columns) and "dedup_key" not in columns
+
+
+def _new_distinct(held: Group | None, group: Group) -> bool:
+    """Whether absorbing an anomaly into `held` opened an incident or added a distinct alert."""
+    before = held.fingerprints if held is not None and held.dedup_key == group.dedup_key else ()
+    return len(group.fingerprints) > len(before)
 
 
 def _dump_group(group: Group) -> str:

@@ -9,6 +9,12 @@
   would have received: grouping runs on event time (each anomaly's
   `detected_at`), timers fire at the moments they would have, and every group
   resolves at the end. With `deliver=True` the alerts are then sent.
+
+Both keep an incident memory (logstream.memory) beside their outbox, so each firing alert
+carries the past incidents most like it. The sink's is in the outbox file, shared with
+`logstream incidents` and serve's HTTP port; a replay's is in memory and holds only the
+replay's own incidents, so a backtest shows what its recurrences would have carried and
+never writes to, or is swayed by, the live memory.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,7 +33,13 @@ from logstream.alerts.config import AlertsConfig, load_config
 from logstream.alerts.delivery import BackgroundDelivery, DeliveryWorker
 from logstream.alerts.grouping import NEVER
 from logstream.alerts.outbox import Outbox, OutboxError, channel_names
+from logstream.memory.recorder import IncidentRecorder
+from logstream.memory.retrieval import IncidentMemory
+from logstream.memory.settings import IncidentMemorySettings
 from logstream.records import Anomaly
+
+if TYPE_CHECKING:
+    from logstream.detector import Detector
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +47,10 @@ MAX_REPLAY_STEPS = 1_000_000  # timer evaluations after the last anomaly (bounde
 
 
 class AlertSink:
-    """AnomalySink over the outbox; delivers in a background thread when `deliver`."""
+    """AnomalySink over the outbox; delivers in a background thread when `deliver`. With
+    `incidents` (settings), an incident memory in the outbox's file records every group and
+    gives each firing alert its past incidents; `feedback_path` is where its verdicts are
+    (default: the outbox file, as serve's default is)."""
 
     def __init__(
         self,
@@ -43,14 +59,44 @@ class AlertSink:
         deliver: bool = True,
         clock: Callable[[], float] = time.time,
         outbox_path: str | Path | None = None,
+        incidents: IncidentMemorySettings | None = None,
+        feedback_path: str | Path | None = None,
     ) -> None:
         path = outbox_path if outbox_path is not None else config.delivery.outbox
         self.outbox = Outbox(path, config, clock=clock)
+        self.recorder: IncidentRecorder | None = None
+        if incidents is not None:  # after the outbox: it made the file's folder
+            try:
+                memory = IncidentMemory(self.outbox.path, incidents, feedback_path=feedback_path, clock=clock)
+            except BaseException:
+                self.outbox.close()
+                raise
+            self.recorder = self.outbox.incidents = IncidentRecorder(memory)
         self.worker = DeliveryWorker(self.outbox, clock=clock)
         self.outbox.on_put = self.worker.wake
         self._background = BackgroundDelivery(self.worker) if deliver else None
         if self._background is not None:
             self._background.start()
+
+    @property
+    def memory(self) -> IncidentMemory | None:
+        """The incident memory, when the sink keeps one."""
+        return self.recorder.memory if self.recorder is not None else None
+
+    def embed_with(self, model: Callable[[], Detector | None]) -> None:
+        """Give new incidents the embedding of their lines by the model `model()` returns
+        (computed on a thread of its own); without it incidents compare by their words."""
+        if self.recorder is not None:
+            self.recorder.embed_with(model)
+
+    def incident_of(self, anomaly: Anomaly) -> str | None:
+        """The fingerprint of the incident an anomaly is part of now (`Outbox.incident_of`)."""
+        return self.outbox.incident_of(anomaly)
+
+    def past_incidents(self, fingerprint: str) -> tuple[dict[str, Any], ...]:
+        """The past incidents most like an incident, as its alert carries them (none without
+        a memory)."""
+        return self.recorder.past([fingerprint])[0] if self.recorder is not None else ()
 
     def put(self, anomalies: Sequence[Anomaly]) -> None:
         """Durable when it returns: the anomalies are folded into committed groups."""
@@ -79,13 +125,28 @@ class AlertSink:
             pending = -1  # unknown; the flush error above (or the worker's) says why
         if pending:
             log.warning("alerts_pending_at_close", pending=pending, outbox=self.outbox.path)
+        if self.recorder is not None:
+            self.recorder.close()
         self.outbox.close()
 
 
-def open_alert_sink(routes: str | Path, *, deliver: bool = True) -> AlertSink:
+def open_alert_sink(
+    routes: str | Path,
+    *,
+    deliver: bool = True,
+    incidents: IncidentMemorySettings | None = None,
+    feedback_path: str | Path | None = None,
+) -> AlertSink:
     """Load a routes file (AlertConfigError on any problem) and open its outbox
-    (OutboxError when the database is corrupt, locked or cannot be created)."""
-    return AlertSink(load_config(routes), deliver=deliver)
+    (OutboxError when the database is corrupt, locked or cannot be created) with its
+    incident memory (`incidents`: default settings when not given; IncidentError when the
+    memory cannot be opened)."""
+    return AlertSink(
+        load_config(routes),
+        deliver=deliver,
+        incidents=incidents if incidents is not None else IncidentMemorySettings(),
+        feedback_path=feedback_path,
+    )
 
 
 def run_replay_alerts(
@@ -95,18 +156,33 @@ def run_replay_alerts(
     deliver: bool = False,
     timeout: float = 60.0,
     outbox_path: str | Path | None = None,
+    incidents: IncidentMemorySettings | None = None,
+    feedback_path: str | Path | None = None,
 ) -> tuple[list[Alert], int]:
     """Alerts on-call would have received, in order; and how many deliveries are still
     pending (0 unless `deliver` and the receivers did not all answer within `timeout`).
 
     The dry run keeps its outbox in memory; `deliver` uses `outbox_path` (default: the
-    routes file's outbox with a `.replay` suffix) so a crash loses nothing. Pass a loaded
-    config to check the routes file before a long replay."""
+    routes file's outbox with a `.replay` suffix) so a crash loses nothing. The incident
+    memory (`incidents` settings, default ones when not given) is in memory and holds the
+    replay's own incidents; its verdicts are `feedback_path`'s (none when not given). Pass
+    a loaded config to check the routes file before a long replay."""
     config = routes if isinstance(routes, AlertsConfig) else load_config(routes)
     if deliver and outbox_path is None:
         outbox_path = Path(config.delivery.outbox).with_suffix(".replay.sqlite")
     event_time = [0.0]
-    outbox = Outbox(outbox_path if deliver else ":memory:", config, clock=lambda: event_time[0])
+
+    def clock() -> float:
+        return event_time[0]
+
+    outbox = Outbox(outbox_path if deliver else ":memory:", config, clock=clock)
+    settings = incidents if incidents is not None else IncidentMemorySettings()
+    try:
+        memory = IncidentMemory(":memory:", settings, feedback_path=feedback_path, clock=clock)
+    except BaseException:
+        outbox.close()
+        raise
+    recorder = outbox.incidents = IncidentRecorder(memory)
     try:
         alerts: list[Alert] = []
         for anomaly in anomalies:
@@ -120,6 +196,7 @@ def run_replay_alerts(
             pending = drain(outbox, timeout=timeout)
         return alerts, pending
     finally:
+        recorder.close()
         outbox.close()
 
 

@@ -133,13 +133,13 @@ def show_command(
     json_output: JsonOpt = False,
 ) -> None:
     """One incident, what operators said and did about it, then the past incidents most like it."""
-    from logstream.memory.store import IncidentError
+    from logstream.memory.store import UnknownIncident
 
     memory = _open(alerts, outbox)
     try:
         incident = memory.store.get(fingerprint)
         if incident is None:
-            raise IncidentError(f"fingerprint {fingerprint}: no such incident in {memory.store.path}")
+            raise UnknownIncident(f"fingerprint {fingerprint}: no such incident in {memory.store.path}")
         verdicts = memory.store.verdicts_for(incident)
         if json_output:
             body = incident.to_json() | {"verdicts": [f.to_json() for f in verdicts]}

@@ -38,7 +38,8 @@ def incident_embedding(space: str, line_vectors: np.ndarray) -> Embedding:
 
 
 class LineEmbedder:
-    """Embeds lines with a loaded model directory (`load`): `embed(lines)` -> [n, C] fp32."""
+    """Embeds lines with a loaded model directory (`load`), or a detector's model (pass its
+    engine's device and dtype): `embed(lines)` -> [n, C] fp32."""
 
     def __init__(
         self,
@@ -46,7 +47,8 @@ class LineEmbedder:
         tokenizer: LineTokenizer,
         meta: Mapping[str, Any],
         *,
-        device: str = "cpu",
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
         max_streams: int = 16,
     ) -> None:
         self.tokenizer = tokenizer
@@ -56,7 +58,10 @@ class LineEmbedder:
         # a stream holds one line: a window of one line's tokens gives the same states as the
         # model's own window, in a ring a fraction of its size
         window = min(meta["window"], tokenizer.max_line_tokens)
-        self.engine = StreamingEngine(model, sink_ids, window=window, max_streams=max_streams, device=device)
+        # the model's own device and dtype: a detector's model is shared, never moved or cast
+        self.engine = StreamingEngine(
+            model, sink_ids, window=window, max_streams=max_streams, device=device, dtype=dtype
+        )
 
     @classmethod
     def load(cls, model_dir: Path | str, **options: Any) -> LineEmbedder:

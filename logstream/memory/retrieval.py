@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -31,13 +32,14 @@ import numpy as np
 
 from logstream.feedback import Feedback
 from logstream.memory.settings import IncidentMemorySettings
-from logstream.memory.store import Embedding, Incident, IncidentStore, verdicts_on
+from logstream.memory.store import MAX_TEXT, Embedding, Incident, IncidentStore, verdicts_on
 from logstream.normalize import Normalizer
 
 _NORMALIZER = Normalizer()  # the default masking rules, for example lines
 _MASK = re.compile(r"<[A-Z_]+>|<\*>")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 COMPACT_AT = 1024  # removed rows an index keeps before it rebuilds (and at least as many as live)
+MAX_VERDICTS = 5  # verdicts a past incident carries in an alert: the latest ones
 
 
 def text_words(texts: Iterable[str]) -> frozenset[str]:
@@ -264,18 +266,20 @@ class IncidentIndex:
 
 @dataclass(frozen=True)
 class PastIncident:
-    """A kept incident returned by a lookup: how alike it is, and what operators said."""
+    """A kept incident returned by a lookup: how alike it is, what operators said, and its
+    link (`IncidentMemorySettings.link`, when one is set)."""
 
     incident: Incident
     similarity: float
     template_similarity: float
     embedding_similarity: float
     verdicts: tuple[Feedback, ...] = ()
+    url: str = ""
 
     def to_json(self) -> dict[str, object]:
         """What an alert carries of it: when, where, what, and what was said and done."""
         i = self.incident
-        return {
+        out: dict[str, object] = {
             "fingerprint": i.fingerprint,
             "similarity": round(self.similarity, 4),
             "template_similarity": round(self.template_similarity, 4),
@@ -290,14 +294,23 @@ class PastIncident:
             "resolved_by": i.resolved_by,
             "resolved_at": i.resolved_at,
             "verdicts": [
-                {"verdict": f.verdict, "comment": f.comment, "by": f.created_by, "at": f.created_at}
-                for f in self.verdicts
+                {
+                    "verdict": f.verdict,
+                    "comment": f.comment[:MAX_TEXT],
+                    "by": f.created_by,
+                    "at": f.created_at,
+                }
+                for f in self.verdicts[-MAX_VERDICTS:]
             ],
         }
+        if self.url:
+            out["url"] = self.url
+        return out
 
 
 class IncidentMemory:
-    """The kept incidents (`IncidentStore`) and their index, for one process.
+    """The kept incidents (`IncidentStore`) and their index, for one process; thread-safe
+    (the pipeline records while the HTTP port searches).
 
     `record` is what the alert pipeline calls when a group opens or changes; `similar`
     what it asks for a group's past lookalikes; `search` serves operators' text; `resolve`
@@ -317,45 +330,67 @@ class IncidentMemory:
         self.clock = clock
         self.store = IncidentStore(path, self.settings.max_incidents, feedback_path)
         self.index = IncidentIndex()
+        # the index (numpy arrays regrown as rows come), and each store write with its index update
+        self._lock = threading.Lock()
         for incident in self.store.all():
             self.index.add(incident)
 
     def record(self, seen: Incident, embedding: Embedding | None = None) -> Incident:
         """Keep what an alert group says of its incident now (`store.observed(group,
         anomaly)`), with the anomaly's line embedding when the pipeline has one."""
-        incident, evicted = self.store.record(seen, embedding)
-        self.index.remove(evicted)
-        self.index.add(incident)
+        with self._lock:  # the store's write and the index's together: threads record at once
+            incident, evicted = self.store.record(seen, embedding)
+            self.index.remove(evicted)
+            if incident.fingerprint not in evicted:  # at the cap, the oldest may be the new one itself
+                self.index.add(incident)
         return incident
 
-    def similar(self, fingerprint: str) -> list[PastIncident]:
+    def embedded(self, fingerprint: str, embedding: Embedding) -> Incident | None:
+        """Average one more line's embedding into a kept incident (`IncidentStore.embedded`);
+        None when the incident is gone."""
+        with self._lock:
+            incident = self.store.embedded(fingerprint, embedding)
+            if incident is not None:
+                self.index.add(incident)
+        return incident
+
+    def similar(self, fingerprint: str, feedback: list[Feedback] | None = None) -> list[PastIncident]:
         """The incidents most like this kept one that began before it (its own group's
-        earlier incidents included)."""
+        earlier incidents included). `feedback`: the verdicts, when the caller read them
+        for several lookups at once (else they are read here)."""
         incident = self.store.get(fingerprint)
         if incident is None:
             return []
-        return self._found(
-            self.index.nearest(
+        with self._lock:
+            hits = self.index.nearest(
                 incident_words(incident), incident.embedding, self.settings,
                 stream=incident.streams[0] if incident.streams else None, before=incident.first_seen,
                 exclude=fingerprint,
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+        return self._found(hits, feedback)
 
     def search(self, text: Sequence[str], embedding: Embedding | None = None) -> list[PastIncident]:
         """The incidents most like some text (masked lines or templates), and its
         embedding when the caller has the model at hand."""
-        return self._found(self.index.nearest(text_words(text), embedding, self.settings))
+        with self._lock:
+            hits = self.index.nearest(text_words(text), embedding, self.settings)
+        return self._found(hits)
 
-    def _found(self, hits: list[tuple[str, float, float, float]]) -> list[PastIncident]:
+    def _found(
+        self, hits: list[tuple[str, float, float, float]], feedback: list[Feedback] | None = None
+    ) -> list[PastIncident]:
         out = []
-        feedback = self.store.feedback.listed() if hits else []  # read once per lookup
+        if feedback is None:
+            feedback = self.store.verdicts() if hits else []  # read once per lookup
+        now = self.clock()
         for fingerprint, score, template, similar in hits:
             incident = self.store.get(fingerprint)
             if incident is None:  # deleted by another process since
                 continue
-            verdicts = tuple(verdicts_on(incident, feedback))
-            out.append(PastIncident(incident, score, template, similar, verdicts))
+            verdicts = tuple(verdicts_on(incident, feedback, now))
+            out.append(
+                PastIncident(incident, score, template, similar, verdicts, self.settings.url(fingerprint))
+            )
         return out
 
     def resolve(self, fingerprint: str, text: str, by: str = "") -> Incident:
@@ -368,8 +403,9 @@ class IncidentMemory:
 
     def prune(self) -> int:
         """Delete incidents not seen for `retention`; how many went."""
-        gone = self.store.prune(self.clock() - self.settings.retention)
-        self.index.remove(gone)
+        with self._lock:
+            gone = self.store.prune(self.clock() - self.settings.retention)
+            self.index.remove(gone)
         return len(gone)
 
     def close(self) -> None:

@@ -6,9 +6,11 @@ A section of its own, so that serve's settings can hold it as they hold `feedbac
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from urllib.parse import quote
 
-from logstream.alerts.config import Duration
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from logstream.alerts.config import TEMPLATE_VARIABLE, Duration, check_url
 
 # A certificate that expires every year is the classic recurring incident: keep a year and
 # a bit, so that last year's fix is there when it comes round again.
@@ -19,8 +21,9 @@ DEFAULT_MAX_INCIDENTS = 20_000
 
 
 class IncidentMemorySettings(BaseModel):
-    """What the memory keeps (`retention`, `max_incidents`) and how a lookup ranks (`k`,
-    `template_weight`, `stream_bias`); every field has a default and a bound."""
+    """What the memory keeps (`retention`, `max_incidents`), how a lookup ranks (`k`,
+    `template_weight`, `stream_bias`) and where a past incident links to (`link`); every
+    field has a default and a bound."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,3 +39,22 @@ class IncidentMemorySettings(BaseModel):
     template_weight: float = Field(default=0.9, ge=0, le=1)
     # added to the similarity of a past incident seen on the same stream
     stream_bias: float = Field(default=0.0, ge=0, le=1)
+    # a past incident's link in the alerts that carry it: a URL with `{{fingerprint}}`, e.g.
+    # your wiki's search or "https://logstream.example/incidents/{{fingerprint}}"; None = none
+    link: str | None = None
+
+    @field_validator("link")
+    @classmethod
+    def _link_template(cls, value: str | None) -> str | None:
+        if value is not None:
+            names = set(TEMPLATE_VARIABLE.findall(value))
+            if names != {"fingerprint"}:
+                raise ValueError("a link needs {{fingerprint}} and no other variable")
+            check_url(TEMPLATE_VARIABLE.sub("x", value))
+        return value
+
+    def url(self, fingerprint: str) -> str:
+        """A past incident's link ("" without `link`)."""
+        if self.link is None:
+            return ""
+        return TEMPLATE_VARIABLE.sub(quote(fingerprint, safe=""), self.link)

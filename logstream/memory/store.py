@@ -22,6 +22,7 @@ the cap is reached.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sqlite3
 import threading
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from logstream.errors import UserError
-from logstream.feedback import Feedback, FeedbackStore, check, covers
+from logstream.feedback import EVERY_STREAM, Feedback, FeedbackStore, check, covers, effective
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group
@@ -73,6 +74,14 @@ _BAD_ROW = (ValueError, KeyError, TypeError)  # what decoding a damaged row rais
 
 class IncidentError(UserError):
     """The incident memory cannot do what was asked (no such incident, a bad file); one line."""
+
+
+class UnknownIncident(IncidentError):
+    """No incident has this fingerprint (an HTTP caller gets 404 for it, not 400)."""
+
+
+class IncidentUnavailable(IncidentError):
+    """The memory's database cannot be used right now (locked, full, damaged, closed)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,13 +126,10 @@ class Incident:
         return out
 
 
-def observed(group: Group, anomaly: Anomaly | None = None) -> Incident:
-    """What an alert group (and the anomaly just folded into it) says of its incident."""
-    streams = [group.labels.get("stream", "")]
-    templates = [group.template_text]
-    if anomaly is not None:
-        streams.append(anomaly.stream)
-        templates.append(anomaly.template or "")
+def observed(group: Group, *anomalies: Anomaly) -> Incident:
+    """What an alert group (and the anomalies just folded into it) says of its incident."""
+    streams = [group.labels.get("stream", ""), *(a.stream for a in anomalies)]
+    templates = [group.template_text, *(a.template or "" for a in anomalies)]
     return Incident(
         fingerprint=group.dedup_key,
         state=group.state,
@@ -133,8 +139,8 @@ def observed(group: Group, anomaly: Anomaly | None = None) -> Incident:
         ends_at=group.last_event_time or group.last_seen,
         group_key=group.key,
         receiver=group.receiver,
-        streams=tuple(streams),
-        templates=tuple(templates),
+        streams=tuple(dict.fromkeys(streams)),
+        templates=tuple(dict.fromkeys(templates)),
         examples=group.examples or (group.first_line,),
         severity=group.severity,
         count=group.count,
@@ -185,13 +191,35 @@ def merged(held: Incident | None, seen: Incident, embedding: Embedding | None = 
     )
 
 
-def verdicts_on(incident: Incident, feedback: list[Feedback]) -> list[Feedback]:
-    """Of `feedback` (oldest first), the verdicts that name the incident's fingerprint and
-    those whose template covers one of its templates (`feedback.covers`)."""
+def verdicts_on(incident: Incident, feedback: list[Feedback], now: float | None = None) -> list[Feedback]:
+    """Of `feedback` (oldest first), what operators said about the incident that is in force
+    at `now`: every verdict naming its fingerprint, and the rules that cover it as scoring
+    obeys them: a rule whose template covers one of its templates (`feedback.covers`) and
+    whose stream glob takes one of its streams, when it is its template and scope's verdict
+    in force (the newest not expired). Expired verdicts never come."""
+    at = time.time() if now is None else now
     named = f"fingerprint:{incident.fingerprint}"
+    in_force = {id(f) for f in effective(feedback, at)}
     return [
-        f for f in feedback if f.target == named or any(covers(f.template, t) for t in incident.templates)
+        f
+        for f in feedback
+        if f.in_force(at)
+        and (
+            f.target == named
+            or (
+                id(f) in in_force
+                and _scoped(f, incident)
+                and any(covers(f.template, t) for t in incident.templates)
+            )
+        )
     ]
+
+
+def _scoped(feedback: Feedback, incident: Incident) -> bool:
+    """Whether a rule's stream glob takes one of the incident's streams."""
+    return feedback.stream == EVERY_STREAM or any(
+        fnmatch.fnmatchcase(stream, feedback.stream) for stream in incident.streams
+    )
 
 
 def _bounded(texts: tuple[str, ...] | list[str], limit: int) -> tuple[str, ...]:
@@ -302,7 +330,7 @@ def _sqlite_errors(path: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise IncidentError(f"incident memory {path}: {exc}") from exc
+        raise IncidentUnavailable(f"incident memory {path}: {exc}") from exc
 
 
 class IncidentStore:
@@ -311,8 +339,10 @@ class IncidentStore:
     What the pipeline records is committed at `synchronous=NORMAL`: the memory is not what
     delivery depends on, and a power cut may lose the latest updates (never the file's
     consistency), which the next anomaly of a group writes again. A resolution is an
-    operator's words, which nothing writes again: durable (FULL) when `resolve` returns. Verdicts are read from and written to the feedback
-    database (`feedback_path`; by default this same file, as serve's default is).
+    operator's words, which nothing writes again: durable (FULL) when `resolve` returns.
+    Verdicts are read from and written to the feedback database (`feedback_path`; by default
+    this same file, as serve's default is; none for an in-memory store, as a replay's dry run
+    keeps, unless one is given).
     """
 
     def __init__(
@@ -332,7 +362,10 @@ class IncidentStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(INCIDENTS_SCHEMA)
         self.table = IncidentTable(self._db)
-        self.feedback = FeedbackStore(path if feedback_path is None else feedback_path, timeout=timeout)
+        if feedback_path is None and self.path == ":memory:":
+            self.feedback: FeedbackStore | None = None
+        else:
+            self.feedback = FeedbackStore(path if feedback_path is None else feedback_path, timeout=timeout)
 
     @contextmanager
     def _write(self, durable: bool = False) -> Iterator[IncidentTable]:
@@ -365,7 +398,7 @@ class IncidentStore:
         with self._write(durable=True) as table:
             held = table.get(fingerprint)
             if held is None:
-                raise IncidentError(f"fingerprint {fingerprint}: no such incident in {self.path}")
+                raise UnknownIncident(f"fingerprint {fingerprint}: no such incident in {self.path}")
             at = time.time() if now is None else now
             incident = replace(held, resolution=text, resolved_by=by[:MAX_TEXT], resolved_at=at)
             table.put(incident, self.max_incidents)
@@ -388,9 +421,25 @@ class IncidentStore:
         with self._write() as table:
             return table.prune(before)
 
-    def verdicts_for(self, incident: Incident) -> list[Feedback]:
-        """What operators said about an incident, oldest first (`verdicts_on`)."""
-        return verdicts_on(incident, self.feedback.listed())
+    def embedded(self, fingerprint: str, embedding: Embedding) -> Incident | None:
+        """Average a line's embedding into a kept incident's vector (`merged`: while it holds
+        fewer than MAX_EMBEDDED lines of one model); the incident as stored, or None when it
+        is gone (evicted or pruned since the line was queued)."""
+        with self._write() as table:
+            held = table.get(fingerprint)
+            if held is None:
+                return None
+            incident = merged(held, held, embedding)
+            table.put(incident, self.max_incidents)
+            return incident
+
+    def verdicts(self) -> list[Feedback]:
+        """Every stored verdict, oldest first (none without a feedback database)."""
+        return self.feedback.listed() if self.feedback is not None else []
+
+    def verdicts_for(self, incident: Incident, now: float | None = None) -> list[Feedback]:
+        """What operators said about an incident, in force at `now`, oldest first (`verdicts_on`)."""
+        return verdicts_on(incident, self.verdicts(), now)
 
     def attach_verdict(self, fingerprint: str, verdict: str, comment: str = "", by: str = "") -> Feedback:
         """A verdict (and why) on an incident, stored as `logstream feedback --fingerprint`
@@ -398,7 +447,9 @@ class IncidentStore:
         since reused for a newer incident."""
         incident = self.get(fingerprint)
         if incident is None:
-            raise IncidentError(f"fingerprint {fingerprint}: no such incident in {self.path}")
+            raise UnknownIncident(f"fingerprint {fingerprint}: no such incident in {self.path}")
+        if self.feedback is None:
+            raise IncidentError(f"incident memory {self.path}: no feedback database to store a verdict in")
         feedback = Feedback(
             verdict, incident.templates[0] if incident.templates else "", f"fingerprint:{fingerprint}",
             incident.examples[0] if incident.examples else "", incident.model_id, by, comment,
@@ -407,6 +458,7 @@ class IncidentStore:
         return self.feedback.add(feedback)
 
     def close(self) -> None:
-        self.feedback.close()
+        if self.feedback is not None:
+            self.feedback.close()
         with self._lock:
             self._db.close()
