@@ -29,6 +29,7 @@ from logstream.alerts.alert import rfc3339
 from logstream.event_time import line_time
 from logstream.memory.retrieval import IncidentMemory
 from logstream.memory.store import Incident
+from logstream.model import model_id
 from logstream.synth import STREAM_KEY, generate_lines
 
 INCIDENT = "connection pool exhausted"  # the synthetic new_template incident's text
@@ -381,10 +382,7 @@ def test_tail_says_what_it_follows_with_which_model_and_threshold(
     start = next(line for line in tail.errors if line.startswith("tail: following"))
     meta = json.loads((synthetic_model_dir / "logstream.json").read_text())
     assert f"{path} (from its end; --from-start reads it all)" in start
-    assert (
-        f"model {synthetic_model_dir} (model@{meta['data_sha256'][:12]}, trained {meta['created_at']})"
-        in start
-    )
+    assert f"model {synthetic_model_dir} ({model_id(synthetic_model_dir)}, trained {meta['created_at']})" in start
     assert "alerts above score 0.00" in start
 
 

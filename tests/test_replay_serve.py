@@ -14,6 +14,7 @@ refits of the tail happen line by line, so batching does not move them either
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,17 @@ LINES = 360
 SCORE_TOLERANCE = 1e-3  # serve batches differently: the same score up to float noise
 
 
-def groups(received: list[Any]) -> dict[str, tuple[dict[str, str], str]]:
-    """groupKey -> (group labels, the group's first line), from the first firing notification."""
-    out: dict[str, tuple[dict[str, str], str]] = {}
+def groups(received: list[Any]) -> list[tuple[str, str]]:
+    """(group labels, the group's first line) of each group that fired, sorted. Not its key: a
+    group's first incident is numbered by the second it opened, in the log's time in a replay
+    and the wall clock's in serve (`alerts.grouping`)."""
+    out: dict[str, tuple[str, str]] = {}
     for request in received:
         body = request.body
         if body["status"] == "firing" and body["groupKey"] not in out:
-            out[body["groupKey"]] = (body["groupLabels"], body["commonAnnotations"]["first_line"])
-    return out
+            labels = json.dumps(body["groupLabels"], sort_keys=True)
+            out[body["groupKey"]] = (labels, body["commonAnnotations"]["first_line"])
+    return sorted(out.values())
 
 
 def test_replay_and_serve_give_the_same_anomalies_and_alert_groups(
