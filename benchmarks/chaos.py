@@ -78,9 +78,9 @@ from http_receivers import Action, Drop, Received, Receiver, Reply  # noqa: E402
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, free_port, produce  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from logstream import model_store  # noqa: E402
 from logstream.detector import Detector  # noqa: E402
-from logstream.synth import STREAM_KEY, generate_lines  # noqa: E402
+from logstream.evaluation.synth import STREAM_KEY, generate_lines  # noqa: E402
+from logstream.lifecycle import model_store  # noqa: E402
 
 WAIT_S = 180.0  # bound on each wait for serve (model load + catching up on a busy 2-core box)
 CLIENT_TIMEOUT_S = 1.0  # the webhook's timeout; a "hang" answers later than this
@@ -230,7 +230,7 @@ def poison_messages(rng: random.Random, count: int) -> list[Message]:
 def plan_messages(config: ChaosConfig, rng: random.Random) -> tuple[list[Message], list[str]]:
     """Every message in send order (JSON records; stream = host), and the injected streams."""
     total = int(config.seconds * config.rate)
-    from logstream.inputs import parse_lines
+    from logstream.consumers.inputs import parse_lines
 
     lines = generate_lines(total, seed=config.seed).lines
     messages = [
@@ -793,8 +793,8 @@ def run_chaos(config: ChaosConfig, broker: KafkaBroker, model: Path, work: Path,
 
 def train_model(out: Path) -> Path:
     """The tests' synthetic model (tests/conftest.py): tiny, window 128, about a minute on 2 cores."""
-    from logstream.inputs import streams_from_lines
-    from logstream.train import TrainConfig, save, train
+    from logstream.consumers.inputs import streams_from_lines
+    from logstream.lifecycle.train import TrainConfig, save, train
 
     streams = streams_from_lines(generate_lines(4000, seed=1).lines, STREAM_KEY)
     config = TrainConfig(preset="tiny", window=128, seed=0, max_steps=1000, batch_size=16)

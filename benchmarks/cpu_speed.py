@@ -51,16 +51,16 @@ import numpy as np
 import torch
 from roofline import Roofline, engine_bytes_per_step, engine_flops_per_token, highest, measure
 
+from logstream.consumers.inputs import parse_lines, streams_from_lines
 from logstream.detector import Detector
-from logstream.engine import CPU_STEP_CHUNKS, STEP_ROWS, StepFn, StreamingEngine
-from logstream.inputs import parse_lines, streams_from_lines
-from logstream.kernels.dispatch import FORCE_REFERENCE_ENV
-from logstream.model import save_model_dir
+from logstream.engine.kernels.dispatch import FORCE_REFERENCE_ENV
+from logstream.engine.model import save_model_dir
+from logstream.engine.streaming import CPU_STEP_CHUNKS, STEP_ROWS, StepFn, StreamingEngine
+from logstream.engine.tokenizer import prompt_ids
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.lifecycle.train import TrainConfig, train
 from logstream.records import LogRecord
 from logstream.replay import LINE_BATCH
-from logstream.synth import STREAM_KEY, generate_lines
-from logstream.tokenizer import prompt_ids
-from logstream.train import TrainConfig, train
 
 Batch = dict[str, list[list[int]]]
 

@@ -21,8 +21,8 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine
-from logstream.presets import PRESETS
+from logstream.engine.presets import PRESETS
+from logstream.engine.streaming import StreamingEngine
 
 
 def no_step(tokens: torch.Tensor, previous: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor]:

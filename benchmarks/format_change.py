@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/format_change.py [--steps 1000 --continue-steps 400]
 
-The synthetic system (logstream.synth) has 8 templates. The simulated deploy
+The synthetic system (logstream.evaluation.synth) has 8 templates. The simulated deploy
 (`synth.after_format_change`) rewords 3 of them (37.5% of the templates, about 17% of the
 lines): the job's fetch and transform steps and the monitor's heartbeat. Then:
 
@@ -31,13 +31,19 @@ import json
 import tempfile
 from pathlib import Path
 
+from logstream.consumers.inputs import parse_lines, streams_from_lines
 from logstream.detector import Detector
-from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
-from logstream.inputs import parse_lines, streams_from_lines
+from logstream.evaluation.synth import (
+    INCIDENT_KINDS,
+    STREAM_KEY,
+    SyntheticLog,
+    after_format_change,
+    generate_lines,
+)
+from logstream.lifecycle.feedback import Feedback, FeedbackRules, FeedbackStore
+from logstream.lifecycle.retrain import continue_training, refresh_prompt, write_sample
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.records import LogRecord
-from logstream.retrain import continue_training, refresh_prompt, write_sample
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
-from logstream.train import TrainConfig, save, train
 
 RATE = 5e-3
 

@@ -46,11 +46,11 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.cuda_graphs import BucketedStep, capture
-from logstream.engine import StreamingEngine
-from logstream.kernels import reference
-from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, ring_write, sink_ring_attention
-from logstream.model import PRESETS
+from logstream.engine.cuda_graphs import BucketedStep, capture
+from logstream.engine.kernels import reference
+from logstream.engine.kernels.dispatch import FORCE_REFERENCE_ENV, ring_write, sink_ring_attention
+from logstream.engine.model import PRESETS
+from logstream.engine.streaming import StreamingEngine
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1", "LOGSTREAM_FORCE_TRITON": "1"}
 # Vendor datasheet HBM bandwidth (GB/s) by a substring of the device name; first match wins.
@@ -449,7 +449,9 @@ def cache_inputs(
 
 def run_kernels(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -> None:
     with section(report, "kernels", budget.seconds) as entry:
-        from logstream.kernels.sink_ring_attention import _pick_splits  # Triton: a failure fails this section
+        from logstream.engine.kernels.sink_ring_attention import (
+            _pick_splits,  # Triton: a failure fails this section
+        )
 
         peak = report.data.get("env", {}).get("peak_gbs")
         copy = report.data.get("env", {}).get("copy_gbs")
@@ -537,7 +539,9 @@ def attention_bytes(B: int, D: int, H: int, Hkv: int, T: int, plan: Plan, elemen
 def run_tune(report: Report, plan: Plan, dtype: torch.dtype, budget: Budget) -> None:
     """The attention kernel at `tune_streams` full rings under each (key block, warps, stages)."""
     with section(report, "tune", budget.seconds) as entry:
-        from logstream.kernels import sink_ring_attention as kernel  # Triton: a failure fails this section
+        from logstream.engine.kernels import (
+            sink_ring_attention as kernel,  # Triton: a failure fails this section
+        )
 
         peak = report.data.get("env", {}).get("peak_gbs")
         B, es = plan.tune_streams, torch.tensor([], dtype=dtype).element_size()

@@ -31,7 +31,7 @@ BENCH_S=${BENCH_S:-290} # the benchmark's own budget is 20 s less, so it writes 
 WHEELS=.whl
 # setuptools >= 77 reads pyproject's SPDX license string; both are pure python.
 BUILD_WHEELS=("setuptools==80.9.0" "wheel==0.45.1")
-# logstream.model reads model metadata with pydantic and compiles its regexes with google-re2;
+# logstream.engine.model reads model metadata with pydantic and compiles its regexes with google-re2;
 # the GPU machine's image lacks both. pydantic-core and google-re2 are compiled:
 # fetched for the device's CPython 3.12.
 RUNTIME_WHEELS=("pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0"
@@ -125,7 +125,7 @@ if ! (cd /tmp && "$PY" -c "import pydantic, re2" 2>/dev/null) && [[ $MODE == dev
   (cd /tmp && "$PY" -c "import pydantic, re2; print('pydantic', pydantic.VERSION, 're2: from the wheels')") ||
     failed+=(pydantic/re2)
 fi
-has_logstream() { (cd /tmp && "$PY" -c "import logstream.kernels.dispatch, logstream.engine" 2>/dev/null); }
+has_logstream() { (cd /tmp && "$PY" -c "import logstream.engine.kernels.dispatch, logstream.engine.streaming" 2>/dev/null); }
 if has_logstream; then
   echo "logstream already importable"
 elif [[ $MODE == rehearse ]]; then # never reinstall into the shared development venv
@@ -144,7 +144,7 @@ else
   fi
   has_logstream || failed+=(install)
 fi
-(cd /tmp && "$PY" -c "import logstream.engine as e; print('logstream from', e.__file__)")
+(cd /tmp && "$PY" -c "import logstream.engine.streaming as e; print('logstream from', e.__file__)")
 
 limit=$((TOTAL_S - SECONDS - 200 < PYTEST_S ? TOTAL_S - SECONDS - 200 : PYTEST_S))
 step "tests/test_kernels_gpu.py (limit ${limit}s)"

@@ -29,15 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from logstream.consumers.file import read_file
-from logstream.event_time import with_event_time
-from logstream.explain import explain_line, line_token_offsets
-from logstream.inputs import InputStats, line_parser
-from logstream.normalize import Normalizer
-from logstream.patterns import PatternMiner
-from logstream.presets import PRESETS
+from logstream.consumers.inputs import InputStats, line_parser
+from logstream.engine.presets import PRESETS
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
 from logstream.replay import LINE_BATCH
 from logstream.scoring.config import ScoringConfig
-from logstream.tokenizer import LineTokenizer, train_tokenizer
+from logstream.text.event_time import with_event_time
+from logstream.text.explain import explain_line, line_token_offsets
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import PatternMiner
 
 LOGHUB = Path("../shared/data/loghub")
 

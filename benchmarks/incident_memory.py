@@ -48,15 +48,15 @@ import numpy as np
 from quality import LOGHUB, SEED, _lines  # the dev suite's logs, as benchmarks/quality.py reads them
 
 from logstream.detector import Detector
+from logstream.engine.model import load_model_dir
 from logstream.evaluation.injection import FORMATS, KINDS, InjectedLog, dev_log, incident, render
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.memory.embedding import LineEmbedder, embedding_space
 from logstream.memory.retrieval import IncidentIndex, incident_words, text_words
 from logstream.memory.settings import IncidentMemorySettings
 from logstream.memory.store import MAX_EMBEDDED, MAX_EXAMPLES, MAX_TEMPLATES, Embedding, Incident
-from logstream.model import load_model_dir
-from logstream.patterns import seeded_miner
 from logstream.records import Stream
-from logstream.train import TrainConfig, save, train
+from logstream.text.patterns import seeded_miner
 
 PER_KIND = 4  # incidents of each kind in a log's scored half
 DISTRACTORS = 20  # single lines of the log kept as false alarms

@@ -39,12 +39,12 @@ from kafka_broker import KafkaBroker, create_topic, free_port, produce
 
 from logstream.alerts.sink import JsonlSink
 from logstream.consumers.file import read_file
+from logstream.consumers.inputs import parse_lines, streams_from_lines
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.detector import Detector
-from logstream.inputs import parse_lines, streams_from_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.settings import InputSettings
-from logstream.synth import STREAM_KEY, generate_lines
-from logstream.train import TrainConfig, save, train
 
 TIMEOUT_S = 900.0
 

@@ -45,24 +45,24 @@ from pathlib import Path
 
 import numpy as np
 
+from logstream.consumers.inputs import InputStats, read_sessions
 from logstream.consumers.multiline import Joiner, join_events
 from logstream.detector import Detector
+from logstream.engine.model import load_model_dir
 from logstream.evaluation.injection import FORMATS, dev_log, strip_label_column
 from logstream.evaluation.metrics import auc_pr, false_alarms_per_1000, precision_recall_f1
 from logstream.evaluation.peers import line_peers, session_peers
 from logstream.evaluation.traces import traces
-from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
-from logstream.inputs import InputStats, read_sessions
-from logstream.model import load_model_dir
-from logstream.quiet import QuietWatch, learn_baseline, source_of
+from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
+from logstream.lifecycle.train import TrainConfig, heldout_split, save, train
 from logstream.records import LogRecord, Stream
 from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
 from logstream.scoring.levels import DEFAULT_FAILURE_WORDS
+from logstream.scoring.quiet import QuietWatch, learn_baseline, source_of
 from logstream.scoring.scorer import ScoredLine, Scorer
 from logstream.settings import MultilineSettings
-from logstream.train import TrainConfig, heldout_split, save, train
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGHUB = ROOT.parent / "shared" / "data" / "loghub"

@@ -10,7 +10,7 @@ stream) and `StreamBook.restore` (serve's engine: the most recent 64 streams re-
 the rest parked), and separately the re-encoding of one stream at L (engine only, all
 streams re-encoded), scaled to 1,000.
 
-`moves`: a steady producer of synthetic logs (logstream/synth.py) with injected incidents,
+`moves`: a steady producer of synthetic logs (logstream/evaluation/synth.py) with injected incidents,
 `--clusters` copies of the generator, each host a stream keyed by `c<j>-<host>` (so keys
 hash over the partitions). By default (`--workload sessions`) each stream carries a session
 id on every line, new every 20-60 lines (`synth.with_sessions`): context a model can only
@@ -63,12 +63,12 @@ from aiokafka import AIOKafkaProducer
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port, produce
 from synthetic_model import train_synthetic_model
 
-from logstream.changelog import Changelog, StreamBook, StreamState
+from logstream.consumers.inputs import parse_lines, streams_from_lines
+from logstream.consumers.kafka_state import Changelog, StreamBook, StreamState
 from logstream.detector import Detector
-from logstream.inputs import parse_lines, streams_from_lines
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.settings import KafkaSettings, StateSettings
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions
-from logstream.train import TrainConfig, save, train
 
 WAIT_S = 300.0
 PARTITIONS = 4
@@ -79,7 +79,7 @@ SCHEDULE = ((0.2, "1 -> 2"), (0.4, "kill -9"), (0.6, "2 -> 4"), (0.8, "4 -> 2"))
 
 
 def train_model(out: Path, window: int = 256, steps: int = 2500) -> Path:
-    """tiny, trained on the workload (synthetic lines with sessions, logstream/synth.py): about
+    """tiny, trained on the workload (synthetic lines with sessions, logstream/evaluation/synth.py): about
     10 minutes on 2 busy cores."""
     log = with_sessions(generate_lines(30000, seed=1), seed=1)
     config = TrainConfig(
@@ -222,7 +222,7 @@ class Message:
 
 def plan(clusters: int, lines: int, seed: int, sessions: bool) -> list[Message]:
     """`clusters` synthetic systems with every incident kind, interleaved line by line; with
-    `sessions`, each stream's lines carry its session id (logstream/synth.py `with_sessions`)."""
+    `sessions`, each stream's lines carry its session id (logstream/evaluation/synth.py `with_sessions`)."""
     logs = [
         generate_lines(lines // clusters, seed=seed + j, incidents=INCIDENT_KINDS, incident_start=0.1)
         for j in range(clusters)

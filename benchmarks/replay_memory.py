@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY
 
 
 def child(log: Path, model: Path) -> None:
@@ -34,9 +34,9 @@ def child(log: Path, model: Path) -> None:
 
 
 def model_dir(runs: Path) -> Path:
-    from logstream.inputs import streams_from_lines
-    from logstream.synth import generate_lines
-    from logstream.train import TrainConfig, save, train
+    from logstream.consumers.inputs import streams_from_lines
+    from logstream.evaluation.synth import generate_lines
+    from logstream.lifecycle.train import TrainConfig, save, train
 
     out = runs / "replay-memory-tiny"
     if not (out / "logstream.json").is_file():
@@ -49,7 +49,7 @@ def model_dir(runs: Path) -> Path:
 
 
 def measure(size: int, model: Path, work: Path) -> dict[str, float]:
-    from logstream.synth import generate_lines
+    from logstream.evaluation.synth import generate_lines
 
     log = work / f"log-{size}.log"
     lines = generate_lines(size, seed=5, incidents=INCIDENT_KINDS * (size // 2000)).lines

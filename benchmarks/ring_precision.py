@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from logstream.consumers.inputs import InputStats, read_sessions, streams_from_sessions
 from logstream.detector import Detector
-from logstream.inputs import InputStats, read_sessions, streams_from_sessions
 from logstream.records import Stream
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hdfs" / "train_sessions.jsonl"

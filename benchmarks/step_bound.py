@@ -37,8 +37,8 @@ from roofline import best_rate, engine_flops_per_token, highest, measure
 from torch.profiler import profile
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine
-from logstream.presets import PRESETS
+from logstream.engine.presets import PRESETS
+from logstream.engine.streaming import StreamingEngine
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # a flash kernel's query and key blocks (torch's CPU one takes 512 keys, and 32-256 queries by

@@ -45,10 +45,7 @@ import structlog
 import torch
 import torch.nn.functional as F
 
-from logstream.detector import Detector
-from logstream.engine import StreamingEngine
-from logstream.evaluation.metrics import auc_pr, best_f1, precision_recall_f1
-from logstream.inputs import (
+from logstream.consumers.inputs import (
     InputStats,
     parse_lines,
     read_sessions,
@@ -56,15 +53,18 @@ from logstream.inputs import (
     streams_from_records,
     streams_from_sessions,
 )
-from logstream.model import load_model_dir
-from logstream.normalize import Normalizer
-from logstream.patterns import PatternMiner
+from logstream.detector import Detector
+from logstream.engine.model import load_model_dir
+from logstream.engine.streaming import StreamingEngine
+from logstream.engine.tokenizer import prompt_ids
+from logstream.evaluation.metrics import auc_pr, best_f1, precision_recall_f1
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.lifecycle.train import Stream, TrainConfig, Trained, data_sha256, save, split_heldout, train
 from logstream.replay import ReplayInput, ReplayOptions, run_replay
 from logstream.scoring.calibration import Calibration, session_worst
 from logstream.scoring.evidence import line_surprisal
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
-from logstream.tokenizer import prompt_ids
-from logstream.train import Stream, TrainConfig, Trained, data_sha256, save, split_heldout, train
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import PatternMiner
 
 log = structlog.get_logger(__name__)
 

@@ -17,10 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
+from logstream.consumers.inputs import InputStats, read_sessions
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
 from logstream.evaluation.injection import strip_label_column
-from logstream.inputs import InputStats, read_sessions
-from logstream.normalize import Normalizer
-from logstream.tokenizer import LineTokenizer, train_tokenizer
+from logstream.text.normalize import Normalizer
 
 DATA = Path("../shared/data/hdfs/train_sessions.jsonl")
 LOGHUB = Path("../shared/data/loghub")

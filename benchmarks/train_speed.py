@@ -34,12 +34,10 @@ from pathlib import Path
 import torch
 from roofline import engine_flops_per_token, highest, measure
 
-from logstream.inputs import InputStats, read_sessions, streams_from_sessions
-from logstream.model import PRESETS, build_model
-from logstream.normalize import Normalizer
-from logstream.patterns import mine, pattern_prompt
-from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
-from logstream.train import (
+from logstream.consumers.inputs import InputStats, read_sessions, streams_from_sessions
+from logstream.engine.model import PRESETS, build_model
+from logstream.engine.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
+from logstream.lifecycle.train import (
     TrainConfig,
     fit,
     heldout_split,
@@ -48,6 +46,8 @@ from logstream.train import (
     plan_window,
     sink_budget,
 )
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import mine, pattern_prompt
 
 DATA = Path("../shared/data/hdfs/train_sessions.jsonl")
 LEVERS = {"eager": {}, "compile": {"compile": True}, "bf16_autocast": {"autocast": torch.bfloat16}}

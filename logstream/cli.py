@@ -33,28 +33,32 @@ from logstream import __version__
 from logstream.alerts.cli import app as alerts_app
 from logstream.demo import write_demo_logs
 from logstream.errors import UserError
-from logstream.feedback_cli import app as feedback_app
+from logstream.evaluation.synth import STREAM_KEY
+from logstream.lifecycle.feedback_cli import app as feedback_app
+from logstream.lifecycle.models_cli import app as models_app
 from logstream.memory.cli import app as incidents_app
-from logstream.models_cli import app as models_app
-from logstream.printable import printable
 from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
 from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
-from logstream.synth import STREAM_KEY
+from logstream.text.printable import printable
 
 if TYPE_CHECKING:
     from logstream.alerts.alert import Alert
     from logstream.alerts.config import AlertsConfig
-    from logstream.feedback import FeedbackRules
-    from logstream.groups import Group
+    from logstream.lifecycle.feedback import FeedbackRules
+    from logstream.lifecycle.train import TrainConfig
     from logstream.replay import ChunkModel, ReplayReport, Unit
-    from logstream.train import TrainConfig
+    from logstream.report.groups import TemplateGroup
 
 # Hugging Face and tqdm progress bars ("Loading weights", "Writing model shards") would mix
 # with ours on stderr; set before transformers is first imported.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-PRESET_NAMES = ("tiny", "small", "base")  # logstream.model.PRESETS (imports torch; a test keeps them equal)
+PRESET_NAMES = (
+    "tiny",
+    "small",
+    "base",
+)  # logstream.engine.model.PRESETS (imports torch; a test keeps them equal)
 
 # the help shows a docstring's line breaks as they are: one line per paragraph
 HELP = "\n\n".join(" ".join(paragraph.split()) for paragraph in (__doc__ or "").split("\n\n"))
@@ -188,8 +192,8 @@ def _train_config(
     line_top_k: int | None = None, false_alarm_rate: float | None = None,
     stream_key: str | None = None, merge_across_words: bool = False, sessions: bool = False,
 ) -> TrainConfig:  # fmt: skip
+    from logstream.lifecycle.train import TrainConfig
     from logstream.scoring.config import ScoringConfig
-    from logstream.train import TrainConfig
 
     if preset != "auto" and preset not in PRESET_NAMES:
         raise fail(f"--preset: unknown {preset!r}; expected auto, {', '.join(PRESET_NAMES)}")
@@ -219,7 +223,7 @@ def check_paths(inputs: list[Path], model: Path | None) -> Path | None:
     """Fail on a missing or unusable input file or model in a fraction of a second: before
     the command imports torch and transformers, which take seconds. Returns the model
     directory (`model_dir`)."""
-    from logstream.inputs import check_file
+    from logstream.consumers.inputs import check_file
 
     for path in inputs:
         check_file(path)
@@ -227,9 +231,9 @@ def check_paths(inputs: list[Path], model: Path | None) -> Path | None:
 
 
 def is_store(path: Path) -> bool:
-    """A model store (logstream.model_store): `versions/` and no model of its own."""
-    from logstream.metadata import META_FILE
-    from logstream.model_store import VERSIONS
+    """A model store (logstream.lifecycle.model_store): `versions/` and no model of its own."""
+    from logstream.lifecycle.metadata import META_FILE
+    from logstream.lifecycle.model_store import VERSIONS
 
     return (path / VERSIONS).is_dir() and not (path / META_FILE).exists()
 
@@ -237,8 +241,8 @@ def is_store(path: Path) -> bool:
 def model_dir(path: Path) -> Path:
     """A model directory, or a model store's live version (what serve scores with), checked
     without torch; a ModelDirError or StoreError names what is wrong and the fix."""
-    from logstream.metadata import read_model_meta
-    from logstream.model_store import live_dir
+    from logstream.lifecycle.metadata import read_model_meta
+    from logstream.lifecycle.model_store import live_dir
 
     directory = live_dir(path) if is_store(path) else path
     read_model_meta(directory)
@@ -296,7 +300,7 @@ def train_command(
 ) -> None:
     """Train a detector on baseline logs and write a model directory (HF checkpoint + logstream.json)."""
     from_model = check_paths(inputs, from_model)
-    from logstream.inputs import (
+    from logstream.consumers.inputs import (
         InputStats,
         line_parser,
         multiline_option,
@@ -305,8 +309,8 @@ def train_command(
         streams_from_records,
         streams_from_sessions,
     )
-    from logstream.retrain import continue_training, read_sample, refresh_prompt, write_sample
-    from logstream.train import save, train
+    from logstream.lifecycle.retrain import continue_training, read_sample, refresh_prompt, write_sample
+    from logstream.lifecycle.train import save, train
 
     if feedback is not None and from_model is None:
         raise fail("--feedback needs --from MODEL (a fresh model learns from the inputs only)")
@@ -397,7 +401,7 @@ def beyond_chance_note(chunk: ChunkModel) -> str:
     )
 
 
-def print_report(report: ReplayReport, groups: list[Group], console: Console, top: int = 10) -> None:
+def print_report(report: ReplayReport, groups: list[TemplateGroup], console: Console, top: int = 10) -> None:
     """The replay for a person: each model's threshold, then the anomalies grouped by template."""
     if len(report.chunks) > 1:
         chunks = Table(title="models of this replay (scores share one unit: -log10 p)")
@@ -470,7 +474,7 @@ EXAMPLE_CHARS = 240  # a longer example shows only the surroundings of its surpr
 def example_text(unit: Unit) -> Text:
     """A unit's line as its template with the surprising words highlighted, and why (dim);
     control characters escaped (`printable`): a log line must not drive the terminal."""
-    from logstream.groups import why
+    from logstream.report.groups import why
 
     explanation = unit.explanation
     if explanation is None:  # a session's worst line below the line threshold, or a stream end
@@ -546,11 +550,10 @@ def replay_command(
     directory = check_paths([input, *([labels] if labels is not None else [])], model)
     check_feedback_db(feedback)
     from logstream.alerts.config import load_config as load_alerts_config
-    from logstream.inputs import multiline_option
+    from logstream.consumers.inputs import multiline_option
 
     routes = load_alerts_config(alerts) if alerts is not None else None  # fail before scoring
     joining = multiline_option(multiline)
-    from logstream.groups import anomaly_groups, mark_new_words
     from logstream.replay import (
         ReplayOptions,
         ReplayProgress,
@@ -559,6 +562,7 @@ def replay_command(
         run_replay,
         unit_texts,
     )
+    from logstream.report.groups import anomaly_groups, mark_new_words
 
     options = ReplayOptions(
         input=input, model=directory, format=format.value, labels=labels, stream_key=stream_key, out=out,
@@ -597,7 +601,7 @@ def replay_command(
             sent = print_alerts(report, routes, deliver, feedback)
     summary = report.summary() | {"anomaly_groups": len(groups), "groups": [g.to_json() for g in groups]}
     if report_path is not None:
-        from logstream.report import write_report
+        from logstream.report.html import write_report
 
         texts = unit_texts(data, report.columns)
         title = f"logstream replay of {input.name}"
@@ -769,7 +773,7 @@ def tail_command(
     """Live without Kafka: follow files or stdin, score each line, print (and route) anomalies.
 
     A start line on stderr says what is followed from where, with which model and threshold."""
-    from logstream.inputs import STDIN, compile_stream_key, multiline_option
+    from logstream.consumers.inputs import STDIN, compile_stream_key, multiline_option
 
     if inputs.count(STDIN) > 1:
         raise fail("tail: - (stdin) can be given once")
@@ -784,8 +788,8 @@ def tail_command(
     from logstream.alerts.outbox import OutboxError
     from logstream.alerts.pipeline import open_alert_sink
     from logstream.detector import Detector
-    from logstream.live import TailOptions, run_tail, start_line
-    from logstream.live_model import ModelFollower
+    from logstream.lifecycle.follower import ModelFollower
+    from logstream.tail import TailOptions, run_tail, start_line
 
     sensitivity = {
         "false_alarm_rate": false_alarm_rate,
@@ -824,7 +828,7 @@ def feedback_rules(path: Path | None) -> FeedbackRules | None:
     """The verdicts in `path`, re-read as they change (None: no --feedback)."""
     if path is None:
         return None
-    from logstream.feedback import FeedbackError, FeedbackRules, FeedbackStore
+    from logstream.lifecycle.feedback import FeedbackError, FeedbackRules, FeedbackStore
 
     try:
         return FeedbackRules(FeedbackStore(path))

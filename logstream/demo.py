@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from logstream.synth import INCIDENT_KINDS, generate_lines
+from logstream.evaluation.synth import INCIDENT_KINDS, generate_lines
 
 BASELINE_LINES = 6000
 INCIDENT_LOG_LINES = 3000

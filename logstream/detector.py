@@ -19,18 +19,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from logstream.engine import StreamingEngine
-from logstream.explain import Explanation, explain_line, line_token_offsets
-from logstream.model import load_model_dir, model_id
-from logstream.normalize import Normalizer
-from logstream.quiet import BaselineRhythm, QuietWatch
+from logstream.engine.model import load_model_dir, model_id
+from logstream.engine.streaming import StreamingEngine
+from logstream.engine.tokenizer import LineTokenizer, prompt_ids
 from logstream.records import Anomaly, LogRecord, Stream, location
 from logstream.scoring.calibration import Calibration, alert_severity
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import surprising_tokens
+from logstream.scoring.quiet import BaselineRhythm, QuietWatch
 from logstream.scoring.rules import OperatorRules
 from logstream.scoring.scorer import ScoredLine, Scorer
-from logstream.tokenizer import LineTokenizer, prompt_ids
+from logstream.text.explain import Explanation, explain_line, line_token_offsets
+from logstream.text.normalize import Normalizer
 
 __all__ = ["Detector", "ScoredLine", "ScoredSession"]
 
@@ -87,7 +87,7 @@ class Detector:
         self.false_alarm_rate = false_alarm_rate
         self.fixed_threshold = threshold
         self.scorer = Scorer(Calibration.from_json(meta["calibration"]), meta.get("templates", []), rules)
-        # the sources' rhythms in the training lines: a quiet watch starts from them (logstream.quiet)
+        # the sources' rhythms in the training lines: a quiet watch starts from them (logstream.scoring.quiet)
         self.quiet_baseline = {
             source: BaselineRhythm.from_json(rhythm)
             for source, rhythm in meta.get("quiet_baseline", {}).items()
@@ -211,7 +211,7 @@ class Detector:
         return scored
 
     def quiet_sources(self, watch: QuietWatch | None, records: Sequence[LogRecord]) -> list[ScoredLine]:
-        """The sources that `records` show to have stopped logging (`logstream.quiet`), as
+        """The sources that `records` show to have stopped logging (`logstream.scoring.quiet`), as
         ScoredLines of kind "quiet" at the line threshold, each carrying the line that showed
         it; none without a watch (switched off). The watch is the caller's: it outlives a
         model switch (serve) and a chunk's model (replay), since a source's rhythm is not the

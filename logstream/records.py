@@ -40,7 +40,7 @@ class Anomaly:
 
     `kind` is "line" for a surprising line, "end" for a stream that closed or
     went quiet where the model expected more (a job that never finished), and "quiet"
-    for a source of a stream that stopped logging (logstream.quiet; `line` says which).
+    for a source of a stream that stopped logging (logstream.scoring.quiet; `line` says which).
     `score` is the surprisal in nats/token plus the level prior; `surprisal` is
     the bare model number. `top_tokens` are the most surprising BPE tokens with
     their surprisal (for tools); `explanation` says the same in words, for people.

@@ -30,7 +30,7 @@ class RegexError(UserError, ValueError):
     """A user regex that cannot be used; the message says why (the caller names the field)."""
 
 
-class Match(Protocol):
+class SafeMatch(Protocol):
     def group(self, index: int = 0, /) -> Any: ...
 
 
@@ -40,7 +40,7 @@ class Pattern(Protocol):
     @property
     def groups(self) -> int: ...
 
-    def search(self, text: str, /) -> Match | None: ...
+    def search(self, text: str, /) -> SafeMatch | None: ...
 
 
 def _options() -> re2.Options:

@@ -48,14 +48,7 @@ import numpy as np
 
 from logstream.alerts.context import LineContext
 from logstream.consumers.file import read_file
-from logstream.consumers.multiline import Joined, JoinStats, join_events, joiner_for
-from logstream.consumers.parse import RecordParser
-from logstream.detector import Detector, ScoredLine
-from logstream.evaluation.metrics import auc_pr, auc_roc, best_f1, precision_recall_f1
-from logstream.explain import Explanation
-from logstream.feedback import FeedbackRules, FeedbackStore
-from logstream.groups import Group, Grouper
-from logstream.inputs import (
+from logstream.consumers.inputs import (
     InputStats,
     Reread,
     Session,
@@ -69,10 +62,17 @@ from logstream.inputs import (
     streams_from_records,
     streams_from_sessions,
 )
-from logstream.quiet import QuietWatch
+from logstream.consumers.multiline import Joined, JoinStats, join_events, joiner_for
+from logstream.consumers.parse import RecordParser
+from logstream.detector import Detector, ScoredLine
+from logstream.evaluation.metrics import auc_pr, auc_roc, best_f1, precision_recall_f1
+from logstream.lifecycle.feedback import FeedbackRules, FeedbackStore
+from logstream.lifecycle.train import TrainConfig, Trained, train
 from logstream.records import Anomaly, LogRecord, Stream
+from logstream.report.groups import Grouper, TemplateGroup
+from logstream.scoring.quiet import QuietWatch
 from logstream.settings import MultilineSettings
-from logstream.train import TrainConfig, Trained, train
+from logstream.text.explain import Explanation
 
 TRAIN_FRACTION = 0.5
 MIN_FIRST_CHUNK = 1000
@@ -214,7 +214,7 @@ class Columns:
 @dataclass
 class ReplayReport:
     columns: Columns  # every scored item's numbers
-    patterns: list[Group]  # every item grouped by template (`groups.Grouper`)
+    patterns: list[TemplateGroup]  # every item grouped by template (`groups.Grouper`)
     lines: int
     streams: int
     threshold: float
@@ -224,7 +224,9 @@ class ReplayReport:
     unit: str  # "line" | "session"
     chunks: list[ChunkModel] = field(default_factory=list)
     anomalies: list[Anomaly] = field(default_factory=list)  # with ReplayOptions.alerts, in order
-    quiet: list[ScoredLine] = field(default_factory=list)  # sources that stopped logging (logstream.quiet)
+    quiet: list[ScoredLine] = field(
+        default_factory=list
+    )  # sources that stopped logging (logstream.scoring.quiet)
     trained_on_lines: tuple[int, int] | None = None  # auto-train first: the file lines that trained it
     joins: JoinStats = field(default_factory=JoinStats)  # multi-line events joined
 

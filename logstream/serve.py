@@ -24,7 +24,7 @@ Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
 fetching resumes, whatever the assignment's own work raised. With `state.changelog_topic`,
 streams' state is written before each commit and restored on assign before fetching
-(logstream/changelog.py; a stream whose restore fails starts cold); with
+(logstream/consumers/kafka_state.py; a stream whose restore fails starts cold); with
 `repartition.topic`, the scorer reads that topic (consumers/repartition.py). SIGTERM/SIGINT: stop fetching, finish the batch being
 scored, commit, leave the group, all within `shutdown_grace_seconds`.
 """
@@ -53,9 +53,8 @@ from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import AlertSink, open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.audit import AuditLog
-from logstream.candidate import CandidateTrainer
-from logstream.changelog import Changelog, StreamBook, restore_failed
 from logstream.consumers.kafka import Batch, KafkaSource
+from logstream.consumers.kafka_state import Changelog, StreamBook, restore_failed
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.repartition import (
     Repartitioner,
@@ -64,8 +63,11 @@ from logstream.consumers.repartition import (
     serve_repartition,
 )
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback_http import open_feedback, serve_feedback
-from logstream.live_model import ModelFollower
+from logstream.lifecycle.candidate import CandidateTrainer
+from logstream.lifecycle.feedback_http import open_feedback, serve_feedback
+from logstream.lifecycle.follower import ModelFollower
+from logstream.lifecycle.shadow import Shadow, count_live
+from logstream.lifecycle.train import TrainConfig
 from logstream.metrics import (
     ACTIVE_STREAMS,
     ANOMALIES,
@@ -90,11 +92,9 @@ from logstream.metrics import (
     HttpLimits,
     serve_http,
 )
-from logstream.quiet import QuietWatch
 from logstream.records import LogRecord
+from logstream.scoring.quiet import QuietWatch
 from logstream.settings import ServeSettings, SettingsError, SinkSettings, load_settings
-from logstream.shadow import Shadow, count_live
-from logstream.train import TrainConfig
 
 log = structlog.get_logger(__name__)
 
@@ -380,7 +380,7 @@ class Service:
         offsets = dict(self._processed)
         if self.changelog is not None:
             if not await self._write_changelog():
-                return  # state goes before the offsets it covers (logstream/changelog.py)
+                return  # state goes before the offsets it covers (logstream/consumers/kafka_state.py)
             self._next_commit = time.monotonic() + self.settings.state.changelog_interval_seconds
         if offsets and await self.source.commit(offsets):
             # offsets handed off while the commit was in flight stay for the next one

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logstream import model_store
 from logstream.alerts.config import load_config
+from logstream.engine.model import load_model_dir
 from logstream.errors import UserError
-from logstream.model import load_model_dir
+from logstream.lifecycle import model_store
 from logstream.settings import ServeSettings, SettingsError
 
 

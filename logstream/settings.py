@@ -57,14 +57,14 @@ class ModelSettings(_Section):
     """The trained model: a directory `logstream train` wrote, or a model store to follow."""
 
     dir: Path | None = None
-    # Or a model store (logstream.model_store): serve loads its live version and hot-reloads
+    # Or a model store (logstream.lifecycle.model_store): serve loads its live version and hot-reloads
     # it when `logstream models promote|rollback` changes it (checked every reload_seconds).
     store: Path | None = None
     reload_seconds: float = Field(default=5.0, gt=0)
     # A candidate store version scored next to the live one on the same records; it never
     # pages (its anomalies go to metrics and the audit log only). Needs `store`.
     shadow: str | None = None
-    # Scheduled candidates (logstream.candidate): every this many seconds (86400: nightly),
+    # Scheduled candidates (logstream.lifecycle.candidate): every this many seconds (86400: nightly),
     # continue the live version on the latest unflagged lines and add it to the store as a
     # new version, never promoted. None = off. Needs `store`.
     candidate_every_seconds: float | None = Field(default=None, gt=0)
@@ -334,7 +334,7 @@ class HttpSettings(_Section):
 
 
 class FeedbackSettings(_Section):
-    """Operator feedback (logstream.feedback): where verdicts live, who may POST them, and where."""
+    """Operator feedback (logstream.lifecycle.feedback): where verdicts live, who may POST them, and where."""
 
     # The feedback database; None = the routes file's outbox (sink kind alerts), else off.
     # One file per pod: SQLite's locks do not work across hosts (docs/lifecycle.md "Replicas").
@@ -385,7 +385,7 @@ class ServeSettings(BaseSettings):
     # A stream quiet this long is closed and gets its end-of-stream score; None = never.
     stream_idle_seconds: float | None = Field(default=None, gt=0)
     # Alert when a source of a stream (syslog program, log4j logger) stops logging for longer
-    # than its rhythm allows (logstream/quiet.py), at the line threshold.
+    # than its rhythm allows (logstream/scoring/quiet.py), at the line threshold.
     quiet_sources: bool = True
     # Streams tracked for stream_idle_seconds. Past it the least recently seen one is forgotten
     # (not closed: it gets no end score), so memory stays bounded under any number of keys.

@@ -39,7 +39,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker.stop()
 
 
-# --- Models (logstream.train) --------------------------------------------------------------------
+# --- Models (logstream.lifecycle.train) --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def synthetic_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model (window 128, 1000 steps) trained on 4,000 clean synthetic lines: good enough

@@ -13,7 +13,7 @@ import yaml
 from alerts_support import webhook, write_routes
 from http_receivers import Receiver
 
-from logstream.synth import generate_lines
+from logstream.evaluation.synth import generate_lines
 
 # These tests are about the wiring, not detection: at a false-alarm rate of 5% some of the 200
 # scored lines of a clean log alert (the quiet default, 1e-3, may flag none of them).

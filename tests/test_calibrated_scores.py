@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from logstream.consumers.inputs import parse_lines, streams_from_lines
 from logstream.detector import Detector
 from logstream.evaluation.injection import strip_label_column
-from logstream.inputs import parse_lines, streams_from_lines
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
-from logstream.train import TrainConfig, train
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.lifecycle.train import TrainConfig, train
 
 LOGHUB = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub"
 THUNDERBIRD = LOGHUB / "Thunderbird_2k.log"  # its first column labels each line; all are normal

@@ -11,14 +11,14 @@ import pytest
 from kafka_broker import KafkaBroker, produce
 from test_kafka_serve import ODD_LINE, Serve, fully_committed, new_topic, normal_lines, wait_for
 
-from logstream import model_store
-from logstream.candidate import CandidateTrainer
+from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector
-from logstream.inputs import parse_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.lifecycle import model_store
+from logstream.lifecycle.candidate import CandidateTrainer
+from logstream.lifecycle.retrain import SAMPLE_FILE
+from logstream.lifecycle.train import TrainConfig
 from logstream.records import LogRecord
-from logstream.retrain import SAMPLE_FILE
-from logstream.synth import STREAM_KEY, generate_lines
-from logstream.train import TrainConfig
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""State that follows its partition (logstream/changelog.py), in process: the record format,
+"""State that follows its partition (logstream/consumers/kafka_state.py), in process: the record format,
 the engine's rebuild from token ids, the restore of a stream into another detector, the
 cold-start policy, split streams, and re-delivered lines a restored state already covers.
 The real-broker tests (a rebalance, a kill -9) are in tests/test_changelog_kafka.py."""
@@ -16,13 +16,13 @@ import pytest
 import torch
 from test_engine import tiny_llama
 
-from logstream.changelog import BadRecord, StreamBook, StreamState, restorable
+from logstream.consumers.kafka_state import BadRecord, StreamBook, StreamState, restorable
 from logstream.detector import Detector
-from logstream.engine import StreamingEngine
+from logstream.engine.streaming import StreamingEngine
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
 from logstream.metrics import CHANGELOG_RESTORE_FAILURES, SPLIT_STREAMS
 from logstream.records import LogRecord
 from logstream.settings import StateSettings
-from logstream.synth import STREAM_KEY, generate_lines
 
 ODD_LINE = "2026-11-02T09:00:00.000Z web-1 FATAL kernel: panic xq9 zz unknown opcode in module qwzx"
 # Scores (-log10 p) of a restored stream's next lines against the same lines scored by a

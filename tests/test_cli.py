@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.scoring.evidence import LINE_TOP_K, SESSION_TOP_K
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 ALWAYS_KEYS = {"lines", "streams", "anomalies", "threshold", "lines_per_second", "peak_cache_bytes"}
 LABEL_KEYS = {"precision", "recall", "f1", "best_f1", "auc_roc", "auc_pr"}
@@ -352,7 +352,7 @@ def test_wrong_paths_fail_before_torch_loads(cli_model: Path, tmp_path: Path) ->
 def test_preset_names_match_the_model_presets() -> None:
     """The CLI's preset names (kept so --help need not import torch) are the model's presets."""
     from logstream.cli import PRESET_NAMES
-    from logstream.model import PRESETS
+    from logstream.engine.model import PRESETS
 
     assert tuple(PRESETS) == PRESET_NAMES
 
@@ -541,7 +541,7 @@ def test_replay_accepts_a_model_store_and_scores_with_its_live_version(
 ) -> None:
     """--model STORE scores with the store's live version (what serve would score with), and
     says which before scoring."""
-    from logstream import model_store
+    from logstream.lifecycle import model_store
 
     store = tmp_path / "store"
     model_store.add(store, cli_model)

@@ -11,9 +11,9 @@ import pytest
 import typer
 
 from logstream.cli import app
+from logstream.lifecycle.train import AUTO_SMALL_LINES, TrainConfig
 from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
 from logstream.scoring.evidence import LINE_TOP_K
-from logstream.train import AUTO_SMALL_LINES, TrainConfig
 
 # "Default: 2048", "Default: the model's (0.0003)", "Default: 3, and ..."
 DOCUMENTED = re.compile(r"Default: (?:the model's \()?(\d[\d,]*(?:\.\d+)?(?:e-?\d+)?)")

@@ -13,8 +13,8 @@ import pytest
 import torch
 from test_engine import VOCAB, tiny_llama
 
-from logstream.cuda_graphs import BucketedStep, bucket
-from logstream.engine import StreamingEngine
+from logstream.engine.cuda_graphs import BucketedStep, bucket
+from logstream.engine.streaming import StreamingEngine
 
 
 def test_bucket_is_the_next_power_of_two() -> None:

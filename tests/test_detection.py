@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector, ScoredLine
-from logstream.inputs import parse_lines
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines
 
 RATE = 1e-2
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector
-from logstream.inputs import parse_lines
-from logstream.synth import STREAM_KEY, after_format_change, generate_lines
+from logstream.evaluation.synth import STREAM_KEY, after_format_change, generate_lines
 
 
 def _train(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine, block_len, next_token_nll, rms_norm, step_groups
-from logstream.kernels.reference import apply_rope, rope_at
+from logstream.engine.kernels.reference import apply_rope, rope_at
+from logstream.engine.streaming import StreamingEngine, block_len, next_token_nll, rms_norm, step_groups
 
 VOCAB = 97
 
@@ -162,7 +162,7 @@ def test_next_token_nll_both_ways_is_cross_entropy() -> None:
 # in its heap already, which glibc would hand out whatever the thresholds.
 HEAP_CHECK = """
 import ctypes, ctypes.util
-from logstream import allocator
+from logstream.engine import allocator
 
 class MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2: ten size_t counters
     _fields_ = [(name, ctypes.c_size_t) for name in

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from test_engine import VOCAB, tiny_llama
 
-from logstream.engine import StreamingEngine
+from logstream.engine.streaming import StreamingEngine
 
 SINKS = [1, 5, 9, 13]
 

@@ -10,9 +10,9 @@ import pytest
 
 from logstream.alerts.config import AlertConfigError
 from logstream.alerts.outbox import OutboxError
+from logstream.consumers.inputs import InputError
+from logstream.engine.model import ModelDirError
 from logstream.errors import UserError
-from logstream.inputs import InputError
-from logstream.model import ModelDirError
 from logstream.regex import RegexError
 from logstream.settings import SettingsError
 

@@ -1,4 +1,4 @@
-"""logstream.event_time: the timestamp at the start of a log line, as unix seconds."""
+"""logstream.text.event_time: the timestamp at the start of a log line, as unix seconds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from logstream.event_time import line_time, with_event_time
 from logstream.records import LogRecord
+from logstream.text.event_time import line_time, with_event_time
 
 
 def utc(*parts: int, micro: int = 0) -> float:

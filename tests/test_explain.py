@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector
-from logstream.explain import explain_line, line_token_offsets, mask_with_map
-from logstream.inputs import parse_lines
-from logstream.normalize import DEFAULT_RULES, Normalizer
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
-from logstream.tokenizer import LineTokenizer, train_tokenizer
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.text.explain import explain_line, line_token_offsets, mask_with_map
+from logstream.text.normalize import DEFAULT_RULES, Normalizer
 
 NORMALIZER = Normalizer()
 LOGHUB_LIKE = [

@@ -1,4 +1,4 @@
-"""Operator feedback (logstream.feedback): stored with who/when/why, obeyed at scoring time at
+"""Operator feedback (logstream.lifecycle.feedback): stored with who/when/why, obeyed at scoring time at
 once and after a restart, shared through the database, resolved from what an operator has at
 hand (a fingerprint, a path:line), and never in the way of scoring: rules without literal
 text are not obeyed, and a database that is locked or damaged keeps the last rules in force.
@@ -20,12 +20,12 @@ from prometheus_client import REGISTRY
 
 from logstream.alerts.config import load_config
 from logstream.alerts.outbox import Outbox
+from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
-from logstream.feedback_cli import give
-from logstream.feedback_targets import AmbiguousTarget, Stamp, Target
-from logstream.inputs import parse_lines
-from logstream.synth import STREAM_KEY, generate_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
+from logstream.lifecycle.feedback_cli import give
+from logstream.lifecycle.feedback_targets import AmbiguousTarget, Stamp, Target
 
 
 def obey(detector: Detector, rules: FeedbackRules | None) -> None:

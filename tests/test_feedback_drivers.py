@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from logstream.synth import generate_lines
+from logstream.evaluation.synth import generate_lines
 
 INCIDENT = "connection pool exhausted"  # the synthetic new_template incident: it alerts
 

@@ -1,4 +1,4 @@
-"""What a feedback rule may say and how rules combine (logstream.feedback), on real SQLite
+"""What a feedback rule may say and how rules combine (logstream.lifecycle.feedback), on real SQLite
 files: literal text required, stream scopes, expiry, the most specific rule winning with
 "anomaly" on ties, the rules in force listed, and retention."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from logstream.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
-from logstream.normalize import DEFAULT_RULES
+from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
+from logstream.text.normalize import DEFAULT_RULES
 
 NOW = 1_800_000_000.0
 OOM = "<TS> <HOST> kernel: Out of memory: Killed process <NUM> (<*>)"

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from logstream.consumers.inputs import InputError, InputStats, read_lines, read_sessions
 from logstream.consumers.parse import REJECT_KINDS, RecordParser, Rejected
-from logstream.inputs import InputError, InputStats, read_lines, read_sessions
-from logstream.normalize import LEVELS, Normalizer, parse_level
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
+from logstream.evaluation.synth import generate_lines
 from logstream.records import LogRecord
 from logstream.settings import InputSettings
-from logstream.synth import generate_lines
-from logstream.tokenizer import LineTokenizer, train_tokenizer
+from logstream.text.normalize import LEVELS, Normalizer, parse_level
 
 FUZZ = settings(
     max_examples=200,

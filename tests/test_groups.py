@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from logstream.explain import Explanation, Word
-from logstream.groups import anomaly_groups, group_by_template, mark_new_words
 from logstream.replay import Unit
+from logstream.report.groups import anomaly_groups, group_by_template, mark_new_words
+from logstream.text.explain import Explanation, Word
 
 
 def _unit(line: int, text: str, template: str, score: float, stream: str = "web-1", word: str = "") -> Unit:

@@ -19,16 +19,16 @@ PACKAGES = tuple(
 # Modules that run a command line: nothing below them may import them.
 COMMANDS = {
     "logstream.cli", "logstream.__main__", "logstream.alerts.cli", "logstream.alerts.__main__",
-    "logstream.feedback_cli", "logstream.models_cli", "logstream.memory.cli",
+    "logstream.lifecycle.feedback_cli", "logstream.lifecycle.models_cli", "logstream.memory.cli",
 }  # fmt: skip
 # The commands' work (training, backtests, serving, benchmarks): the core that scores records
 # must not depend on it.
-WORK = {"logstream.train", "logstream.replay", "logstream.serve", "logstream.live"}
+WORK = {"logstream.lifecycle.train", "logstream.replay", "logstream.serve", "logstream.tail"}
 CORE = {
-    "logstream.records", "logstream.inputs", "logstream.detector", "logstream.engine",
-    "logstream.scoring.scorer", "logstream.scoring.calibration", "logstream.scoring.tail",
-    "logstream.scoring.levels", "logstream.scoring.evidence", "logstream.scoring.config", "logstream.normalize", "logstream.patterns", "logstream.tokenizer",
-    "logstream.model", "logstream.metadata", "logstream.event_time", "logstream.explain",
+    "logstream.records", "logstream.consumers.inputs", "logstream.detector", "logstream.engine.streaming",
+    "logstream.scoring.scorer", "logstream.scoring.calibration", "logstream.scoring.gpd",
+    "logstream.scoring.levels", "logstream.scoring.evidence", "logstream.scoring.config", "logstream.text.normalize", "logstream.text.patterns", "logstream.engine.tokenizer",
+    "logstream.engine.model", "logstream.lifecycle.metadata", "logstream.text.event_time", "logstream.text.explain",
     "logstream.consumers.parse", "logstream.consumers.file", "logstream.alerts.context",
 }  # fmt: skip
 
@@ -103,7 +103,7 @@ def test_the_graph_is_read() -> None:
     on an empty graph)."""
     edges = graph()
     assert "logstream.records" in edges["logstream.detector"]
-    assert "logstream.consumers.parse" in edges["logstream.live"]
+    assert "logstream.consumers.parse" in edges["logstream.tail"]
     assert "logstream.alerts.cli" in edges["logstream.cli"]
 
 

@@ -22,7 +22,7 @@ from logstream.alerts.config import load_config
 from logstream.alerts.grouping import Group
 from logstream.alerts.outbox import Outbox, find_incident
 from logstream.evaluation.injection import KINDS, incident
-from logstream.feedback import Feedback, FeedbackStore
+from logstream.lifecycle.feedback import Feedback, FeedbackStore
 from logstream.memory.embedding import LineEmbedder
 from logstream.memory.retrieval import COMPACT_AT, IncidentIndex, IncidentMemory, text_words
 from logstream.memory.settings import IncidentMemorySettings
@@ -35,8 +35,8 @@ from logstream.memory.store import (
     merged,
     observed,
 )
-from logstream.normalize import Normalizer
 from logstream.records import Anomaly
+from logstream.text.normalize import Normalizer
 
 DAY = 86400.0
 DISK_FULL = "ERROR <TS> storage: Failed to write <PATH>: No space left on device"

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from logstream.consumers.parse import RecordParser, Rejected, RejectLog
-from logstream.inputs import (
+from logstream.consumers.inputs import (
     InputError,
     InputStats,
     compile_stream_key,
@@ -18,8 +17,9 @@ from logstream.inputs import (
     read_records,
     read_sessions,
 )
+from logstream.consumers.parse import RecordParser, Rejected, RejectLog
+from logstream.evaluation.synth import STREAM_KEY
 from logstream.settings import InputSettings
-from logstream.synth import STREAM_KEY
 
 MAX_MESSAGE_BYTES = InputSettings().max_message_bytes
 

@@ -39,10 +39,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from quiet_support import START, after_restart, baseline_lines, stopped_job
 from quiet_support import line as quiet_line
 
-from logstream.inputs import parse_lines
+from logstream.consumers.inputs import parse_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.records import Stream
-from logstream.synth import STREAM_KEY, generate_lines
-from logstream.train import TrainConfig, save, train
 
 pytestmark = pytest.mark.kafka
 WAIT_S = 120.0  # bound on every wait below (model load + scoring on a busy 2-core machine)

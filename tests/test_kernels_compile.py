@@ -28,9 +28,9 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 
-from logstream.kernels import reference
-from logstream.kernels import ring_write as ring_write_module
-from logstream.kernels import sink_ring_attention as attention_module
+from logstream.engine.kernels import reference
+from logstream.engine.kernels import ring_write as ring_write_module
+from logstream.engine.kernels import sink_ring_attention as attention_module
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1",

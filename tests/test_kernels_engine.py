@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kernels_support import INTERPRET_ENV
 
-from logstream.synth import STREAM_KEY, generate_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
 
 
 def replay_scores(input_path: Path, model_dir: Path, out: Path, env: dict[str, str]) -> list[float]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from kernels_support import Case, make_inputs
 
-from logstream.kernels import flash_cpu, reference
+from logstream.engine.kernels import flash_cpu, reference
 
 # fp32: the two paths sum in different orders. bf16: flash_cpu rounds its merged output to bf16
 # per call (the reference multiplies in fp32) and accumulates per block.

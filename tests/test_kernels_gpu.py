@@ -15,9 +15,9 @@ import torch
 from kernels_support import Case, make_inputs
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine
-from logstream.kernels import reference
-from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+from logstream.engine.kernels import reference
+from logstream.engine.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+from logstream.engine.streaming import StreamingEngine
 
 pytestmark = [
     pytest.mark.gpu,
@@ -56,7 +56,7 @@ def test_attention_matches_reference_on_gpu(dtype: torch.dtype, D: int, T: int) 
 
 def test_split_k_heuristic_on_gpu() -> None:
     """One stream, few kv heads: the wrapper splits the ring over the SMs and still matches."""
-    from logstream.kernels.sink_ring_attention import _pick_splits  # Triton: imported where it runs
+    from logstream.engine.kernels.sink_ring_attention import _pick_splits  # Triton: imported where it runs
 
     c = Case(B=1, H=8, Hkv=1, T=1, D=128, S=16, L=2048, dtype=torch.bfloat16, seed=3)
     assert _pick_splits(programs=1, L=c.L, device=torch.device("cuda")) > 1
@@ -174,7 +174,7 @@ def test_engine_replays_bucketed_cuda_graphs_with_eager_scores() -> None:
     """`BucketedStep` on CUDA: 5 streams of ragged lines (1-23 tokens, 40-slot rings wrap) run
     as captured graphs of padded shapes, with the eager engine's token NLLs and rings; a second
     pass over the same shapes captures nothing new."""
-    from logstream.cuda_graphs import BucketedStep
+    from logstream.engine.cuda_graphs import BucketedStep
 
     model = two_layer_llama(init_std=0.1)
     gen = torch.Generator().manual_seed(2)

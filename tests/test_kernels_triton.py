@@ -21,11 +21,11 @@ import torch
 from kernels_support import Case, Interpreter, make_inputs
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.engine import StreamingEngine
-from logstream.kernels import reference
-from logstream.kernels.dispatch import FORCE_REFERENCE_ENV, FORCE_TRITON_ENV, backend_for, ring_write
+from logstream.engine.kernels import reference
+from logstream.engine.kernels.dispatch import FORCE_REFERENCE_ENV, FORCE_TRITON_ENV, backend_for, ring_write
+from logstream.engine.streaming import StreamingEngine
 
-ATTENTION = "logstream.kernels.sink_ring_attention:sink_ring_attention"
+ATTENTION = "logstream.engine.kernels.sink_ring_attention:sink_ring_attention"
 # fp32 matches to rounding. bf16: the interpreter truncates fp32 -> bf16 (a GPU rounds to
 # nearest) and the kernel feeds P in bf16 to the P @ V product, as flash attention does.
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 4e-2}
@@ -125,7 +125,7 @@ def test_random_shapes_match_reference(interpreter: Interpreter, seed: int) -> N
 
 def ring_write_returning(**inputs: Any) -> tuple[torch.Tensor, ...]:
     """Worker side: the dispatch's ring write, returning the rings (and int8 scales) it wrote."""
-    from logstream.kernels.dispatch import ring_write
+    from logstream.engine.kernels.dispatch import ring_write
 
     ring_write(**inputs)
     return inputs["ring_k"], inputs["ring_v"], *(inputs.get("scales") or ())

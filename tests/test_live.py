@@ -26,11 +26,11 @@ from alerts_support import webhook, write_routes
 from http_receivers import Receiver
 
 from logstream.alerts.alert import rfc3339
-from logstream.event_time import line_time
+from logstream.engine.model import model_id
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
 from logstream.memory.retrieval import IncidentMemory
 from logstream.memory.store import Incident
-from logstream.model import model_id
-from logstream.synth import STREAM_KEY, generate_lines
+from logstream.text.event_time import line_time
 
 INCIDENT = "connection pool exhausted"  # the synthetic new_template incident's text
 RUN_TIMEOUT = 180.0  # seconds: a cold start loads torch and the model on a busy 2-core CPU
@@ -382,7 +382,10 @@ def test_tail_says_what_it_follows_with_which_model_and_threshold(
     start = next(line for line in tail.errors if line.startswith("tail: following"))
     meta = json.loads((synthetic_model_dir / "logstream.json").read_text())
     assert f"{path} (from its end; --from-start reads it all)" in start
-    assert f"model {synthetic_model_dir} ({model_id(synthetic_model_dir)}, trained {meta['created_at']})" in start
+    assert (
+        f"model {synthetic_model_dir} ({model_id(synthetic_model_dir)}, trained {meta['created_at']})"
+        in start
+    )
     assert "alerts above score 0.00" in start
 
 
@@ -400,7 +403,7 @@ def test_from_start_reads_what_the_file_holds(synthetic_model_dir: Path, tmp_pat
 def test_tail_follows_a_model_store_through_a_promote(synthetic_model_dir: Path, tmp_path: Path) -> None:
     """--model STORE scores with the live version, names it at start, and switches to the next
     live version when `models promote` changes it, without a restart."""
-    from logstream import model_store
+    from logstream.lifecycle import model_store
 
     store = tmp_path / "store"
     first = model_store.add(store, synthetic_model_dir)

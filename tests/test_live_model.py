@@ -1,4 +1,4 @@
-"""Hot reload (logstream.live_model): a follower switches to the store's new live version at its
+"""Hot reload (logstream.lifecycle.follower): a follower switches to the store's new live version at its
 next poll, and streams keep their context across the switch when the tokenizer is shared."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from alerts_support import FakeClock
 
-from logstream import model_store
 from logstream.detector import Detector
-from logstream.live_model import ModelFollower, carry_streams
+from logstream.evaluation.synth import generate_lines
+from logstream.lifecycle import model_store
+from logstream.lifecycle.follower import ModelFollower, carry_streams
 from logstream.records import LogRecord
-from logstream.synth import generate_lines
 
 
 @pytest.fixture(scope="module")

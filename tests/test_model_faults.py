@@ -1,6 +1,6 @@
 """A model that fails to load never takes serve down: a damaged model directory is one clear
-line (logstream.model), a hot reload of one keeps the current model, serve starts on the
-newest version that loads, and a failing shadow is dropped (logstream.live_model, shadow).
+line (logstream.engine.model), a hot reload of one keeps the current model, serve starts on the
+newest version that loads, and a failing shadow is dropped (logstream.lifecycle.follower, shadow).
 
 Every case is a real model directory on disk: a copy of the session's synthetic model with
 one fault in its files (tests/broken_models.py)."""
@@ -17,17 +17,17 @@ from alerts_support import FakeClock
 from broken_models import BREAKAGES, broken_copy
 from prometheus_client import REGISTRY
 
-from logstream import model_store
 from logstream.alerts.sink import JsonlSink
 from logstream.consumers.kafka import Batch
 from logstream.errors import UserError
-from logstream.live_model import ModelFollower, load_checked, load_version
+from logstream.evaluation.synth import generate_lines
+from logstream.lifecycle import model_store
+from logstream.lifecycle.follower import ModelFollower, load_checked, load_version
+from logstream.lifecycle.shadow import Shadow
 from logstream.metrics import Health
 from logstream.records import LogRecord
 from logstream.serve import AuditLog, Service
 from logstream.settings import ServeSettings
-from logstream.shadow import Shadow
-from logstream.synth import generate_lines
 
 CPU = {"device": "cpu"}
 # What each breakage's error says (besides naming the directory).

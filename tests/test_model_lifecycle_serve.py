@@ -19,7 +19,7 @@ from http_receivers import Receiver
 from kafka_broker import KafkaBroker, free_port, produce
 from test_kafka_serve import ODD_LINE, Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
 
-from logstream import model_store
+from logstream.lifecycle import model_store
 
 pytestmark = pytest.mark.kafka
 

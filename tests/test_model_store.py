@@ -1,4 +1,4 @@
-"""The model store (logstream.model_store): immutable numbered versions with lineage, promote
+"""The model store (logstream.lifecycle.model_store): immutable numbered versions with lineage, promote
 and rollback through an append-only history, and the `logstream models` commands."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from broken_models import broken_copy
 
-from logstream import model_store
-from logstream.model_store import StoreError
+from logstream.lifecycle import model_store
+from logstream.lifecycle.model_store import StoreError
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real model directory, trained for 3 steps: the store copies and describes it, never scores."""
-    from logstream.synth import generate_lines
-    from logstream.train import Stream, TrainConfig, save, train
+    from logstream.evaluation.synth import generate_lines
+    from logstream.lifecycle.train import Stream, TrainConfig, save, train
 
     out = tmp_path_factory.mktemp("store-model") / "model"
     config = TrainConfig(preset="tiny", window=64, max_steps=3, batch_size=4)
@@ -128,7 +128,7 @@ def test_a_history_line_whose_version_is_not_a_name_is_skipped(model_dir: Path, 
 def test_a_version_records_its_content_hash_and_promote_checks_it(model_dir: Path, tmp_path: Path) -> None:
     """lineage.json holds the hash of the version's weights, tokenizer, config.json and
     logstream.json; once a file of the version changed, promote refuses it by name."""
-    from logstream.metadata import content_sha256
+    from logstream.lifecycle.metadata import content_sha256
 
     store = tmp_path / "store"
     model_store.add(store, model_dir)
@@ -198,7 +198,7 @@ def test_models_promote_refuses_a_version_that_does_not_load(
 def test_models_commands(model_dir: Path, tmp_path: Path) -> None:
     """add (with an evaluation on a fixed replay set), promote, list (live marked), show
     (lineage, evaluation and promotions), rollback; an unknown version is one line and exit 2."""
-    from logstream.synth import INCIDENT_KINDS, generate_lines
+    from logstream.evaluation.synth import INCIDENT_KINDS, generate_lines
 
     store = tmp_path / "store"
     log = generate_lines(200, seed=9, incidents=INCIDENT_KINDS)
@@ -266,7 +266,7 @@ def test_compare_gates_on_rate_and_confirmed_anomalies(tmp_path: Path) -> None:
     """`models compare` reads live and shadow scores from the audit log: per model flagged per
     10k and the overlap; the gate fails (exit 1) when the candidate misses a template confirmed
     as an anomaly, or alerts more than --max-rate-ratio times as often; --since narrows it."""
-    from logstream.feedback import Feedback, FeedbackStore
+    from logstream.lifecycle.feedback import Feedback, FeedbackStore
 
     db = tmp_path / "fb.sqlite"
     FeedbackStore(db).add(Feedback("anomaly", "ERROR disk <*> failed"))

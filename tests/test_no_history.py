@@ -12,7 +12,17 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("README.md", "docs", "logstream", "tests", "benchmarks", "configs", "helm", ".ci", "pyproject.toml")
+SCANNED = (
+    "README.md",
+    "docs",
+    "logstream",
+    "tests",
+    "benchmarks",
+    "configs",
+    "helm",
+    ".ci",
+    "pyproject.toml",
+)
 TEXT = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".txt", ".tpl", ".sh", ".cfg", ""}
 HISTORY = re.compile(
     r"\b(?:stops?|rounds?|issues?)\s+#?\d+\b"  # stop 14, issue #10, round 3

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from logstream.normalize import DEFAULT_RULES, Normalizer, parse_level
-from logstream.patterns import mine, pattern_prompt
+from logstream.text.normalize import DEFAULT_RULES, Normalizer, parse_level
+from logstream.text.patterns import mine, pattern_prompt
 
 LOGHUB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "loghub"
 SAMPLES = sorted(LOGHUB.glob("*_2k.log")) if LOGHUB.is_dir() else []
@@ -162,10 +162,10 @@ def test_template_ids_are_stable_across_processes() -> None:
     import subprocess
     import sys
 
-    from logstream.patterns import PatternMiner
+    from logstream.text.patterns import PatternMiner
 
     here = PatternMiner().add("ERROR db: connection pool exhausted").template_id
-    code = "from logstream.patterns import PatternMiner; print(PatternMiner().add('ERROR db: connection pool exhausted').template_id)"
+    code = "from logstream.text.patterns import PatternMiner; print(PatternMiner().add('ERROR db: connection pool exhausted').template_id)"
     there = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
         env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"},
@@ -175,7 +175,7 @@ def test_template_ids_are_stable_across_processes() -> None:
 
 def test_miner_keeps_at_most_its_cap_of_templates() -> None:
     """Unbounded distinct templates (hostile input) cannot grow the miner past its LRU cap."""
-    from logstream.patterns import PatternMiner
+    from logstream.text.patterns import PatternMiner
 
     miner = PatternMiner(max_templates=5)
     for i in range(50):
@@ -195,8 +195,8 @@ def test_a_line_met_before_gets_what_drain_itself_gives(
     cache is used: Drain searches fewer lines than it was given."""
     import random
 
-    from logstream import patterns
-    from logstream.patterns import Mined, PatternMiner, template_id
+    from logstream.text import patterns
+    from logstream.text.patterns import Mined, PatternMiner, template_id
 
     monkeypatch.setattr(patterns, "CACHED_LINES", 40)  # emptied when full, too
     rng = random.Random(7)
@@ -226,7 +226,7 @@ def test_a_line_met_before_gets_what_drain_itself_gives(
 
 def test_novelty_is_relative_to_the_training_templates() -> None:
     """A miner seeded with the model's templates calls a training template known and a new one new."""
-    from logstream.patterns import seeded_miner
+    from logstream.text.patterns import seeded_miner
 
     miner = seeded_miner(["worker job <NUM> finished", "web GET /api status 200"])
     assert not miner.add("worker job <NUM> finished").new
@@ -238,7 +238,7 @@ def test_templates_come_from_the_message_not_the_masked_header() -> None:
     messages of one length are two templates (whole-line Drain merged them: 7 of 13 tokens
     equal), and one message from many nodes and times stays one template. Shared fields
     inside the message still count (`from <IP> port <NUM>`)."""
-    from logstream.patterns import PatternMiner
+    from logstream.text.patterns import PatternMiner
 
     normalizer = Normalizer()
     header = "1117955341 2005.06.05 R33-M1-NF-C:J02-U01 2005-06-05-00.09.01.903951 R33-M1-NF-C:J02-U01 "

@@ -1,4 +1,4 @@
-"""Sources that stop logging (logstream/quiet.py): the watch, and replay and tail through it."""
+"""Sources that stop logging (logstream/scoring/quiet.py): the watch, and replay and tail through it."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from quiet_support import START, THRESHOLD, after_restart, baseline_lines, line,
 
 from logstream.cli import train_summary
 from logstream.detector import Detector
-from logstream.live import TailOptions, run_tail
-from logstream.model import META_FILE
-from logstream.quiet import MIN_QUIET_SECONDS, Baseline, QuietWatch, learn_baseline, source_of
+from logstream.engine.model import META_FILE
+from logstream.lifecycle.retrain import refresh_prompt
+from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.records import Stream
 from logstream.replay import ReplayOptions, ReplayReport, load_replay_input, run_replay, unit_texts
-from logstream.report import write_report
-from logstream.retrain import refresh_prompt
-from logstream.scoring.tail import MIN_SAMPLES
-from logstream.train import TrainConfig, save, train
+from logstream.report.html import write_report
+from logstream.scoring.gpd import MIN_SAMPLES
+from logstream.scoring.quiet import MIN_QUIET_SECONDS, Baseline, QuietWatch, learn_baseline, source_of
+from logstream.tail import TailOptions, run_tail
 
 
 def watch_all(

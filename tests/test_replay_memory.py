@@ -9,10 +9,10 @@ import gc
 import json
 from pathlib import Path
 
-from logstream.groups import EXAMPLES
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.records import Anomaly, LogRecord
 from logstream.replay import ReplayOptions, Unit, load_replay_input, run_replay
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.report.groups import EXAMPLES
 
 
 def _live(*types: type) -> int:

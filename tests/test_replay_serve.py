@@ -26,7 +26,7 @@ from http_receivers import Receiver
 from kafka_broker import KafkaBroker, produce
 from test_kafka_serve import Serve, fully_committed, new_topic, read_jsonl, wait_for
 
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 pytestmark = pytest.mark.kafka
 LINES = 360

@@ -20,7 +20,7 @@ from typing import NoReturn
 import pytest
 from alerts_support import webhook, write_routes
 
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 
 WINDOW = (1200, 1600)
 

@@ -12,13 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from logstream.consumers.inputs import parse_lines, streams_from_lines
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback import Feedback, FeedbackStore, template_of
-from logstream.inputs import parse_lines, streams_from_lines
-from logstream.normalize import Normalizer
-from logstream.retrain import SAMPLE_LINES, continue_training, read_sample, write_sample
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, after_format_change, generate_lines
-from logstream.train import TrainConfig, save
+from logstream.evaluation.synth import (
+    INCIDENT_KINDS,
+    STREAM_KEY,
+    SyntheticLog,
+    after_format_change,
+    generate_lines,
+)
+from logstream.lifecycle.feedback import Feedback, FeedbackStore, template_of
+from logstream.lifecycle.retrain import SAMPLE_LINES, continue_training, read_sample, write_sample
+from logstream.lifecycle.train import TrainConfig, save
+from logstream.text.normalize import Normalizer
 
 REWORDED = re.compile(r"complete|status=healthy")  # the three templates the deploy changed
 

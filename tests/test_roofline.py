@@ -11,7 +11,7 @@ import torch
 from benchmarks_support import load_benchmark
 from transformers import LlamaConfig
 
-from logstream.presets import PRESETS
+from logstream.engine.presets import PRESETS
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from alerts_support import anomaly
 from logstream.alerts.sink import JsonlSink
 from logstream.audit import AuditLog
 from logstream.detector import ScoredLine
-from logstream.feedback import audit_entries
+from logstream.lifecycle.feedback import audit_entries
 from logstream.records import LogRecord
 from logstream.rotating import rotated_files
 

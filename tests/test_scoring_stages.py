@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from logstream.feedback import Feedback, FeedbackRules, FeedbackStore
+from logstream.lifecycle.feedback import Feedback, FeedbackRules, FeedbackStore
 from logstream.records import LogRecord
 from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, alert_severity, fit_heldout
 from logstream.scoring.config import ScoringConfig

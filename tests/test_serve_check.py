@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from logstream import model_store
+from logstream.lifecycle import model_store
 
 
 def check(tmp_path: Path, model: dict[str, Any], **sections: Any) -> subprocess.CompletedProcess[str]:

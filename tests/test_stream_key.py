@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from logstream.synth import STREAM_KEY, generate_lines
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
 
 
 def logstream(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -1,11 +1,11 @@
-"""logstream.synth.with_sessions: stream-specific context for the rebalance benchmark."""
+"""logstream.evaluation.synth.with_sessions: stream-specific context for the rebalance benchmark."""
 
 from __future__ import annotations
 
 import re
 
-from logstream.normalize import Normalizer
-from logstream.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines, with_sessions
+from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines, with_sessions
+from logstream.text.normalize import Normalizer
 
 OPENED = re.compile(r"INFO session: opened session=([a-z]{6})$")
 

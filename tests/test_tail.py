@@ -11,7 +11,7 @@ import pytest
 
 from logstream.scoring.calibration import SESSION_OUTLIER_SHARE, fit_calibration, incident_sessions
 from logstream.scoring.config import ScoringConfig
-from logstream.scoring.tail import OnlineTail, TailFit, fit_tail, reference_sample
+from logstream.scoring.gpd import OnlineTail, TailFit, fit_tail, reference_sample
 
 # (name, sampler): tails of the kind surprisal has (exponential-like) and a heavier one
 TAILS = {

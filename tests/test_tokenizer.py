@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import logstream.tokenizer as tokenizer_module
+import logstream.engine.tokenizer as tokenizer_module
 from logstream.detector import Detector
-from logstream.model import load_model_dir
-from logstream.normalize import Normalizer
+from logstream.engine.model import load_model_dir
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
+from logstream.evaluation.synth import STREAM_KEY, generate_lines
 from logstream.records import LogRecord
-from logstream.synth import STREAM_KEY, generate_lines
-from logstream.tokenizer import LineTokenizer, train_tokenizer
+from logstream.text.normalize import Normalizer
 
 NORMALIZER = Normalizer()
 BASELINE = [NORMALIZER.mask(line) for line in generate_lines(1500, seed=3).lines]

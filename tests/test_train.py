@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from logstream.model import build_model
-from logstream.synth import generate_lines
-from logstream.tokenizer import LineTokenizer, train_tokenizer
-from logstream.train import (
+from logstream.engine.model import build_model
+from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
+from logstream.evaluation.synth import generate_lines
+from logstream.lifecycle.train import (
     Stream,
     TrainConfig,
     fit,

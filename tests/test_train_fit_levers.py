@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from logstream.train import TrainConfig, fit
+from logstream.lifecycle.train import TrainConfig, fit
 
 
 def _model() -> LlamaForCausalLM:

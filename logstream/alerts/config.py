@@ -448,7 +448,7 @@ class Backoff(_Strict):
     jitter: float = Field(default=0.5, ge=0, le=1)
 
 
-class Delivery(_Strict):
+class DeliveryConfig(_Strict):
     """Outbox location, the retry policy shared by all channels, and the worker's limits.
 
     `min_retry_delay` floors every retry delay (a `Retry-After: 0` or a tiny
@@ -502,7 +502,7 @@ class AlertsConfig(_Strict):
     inhibit_rules: list[InhibitRule] = []
     # links every alert carries, e.g. a Grafana Explore link for the stream and time range
     links: list[Link] = []
-    delivery: Delivery = Delivery()
+    delivery: DeliveryConfig = DeliveryConfig()
     silences: list[Silence] = []
     # older releases kept `logstream silence` additions here; they are imported into the outbox
     silences_file: str | None = None

@@ -36,7 +36,7 @@ Line = tuple[str | None, str, str]  # (level, source, message); level None: a co
 
 
 @dataclass(frozen=True)
-class Format:
+class LogFormat:
     """How one log writes a line: `header` matches what an injected line copies from the line
     before it; `render(header, level, source, message, rng)` writes the rest. `levels` maps
     info/warning/error/critical to the format's own words (empty: the format has none)."""
@@ -47,7 +47,7 @@ class Format:
     levels: dict[str, str] = field(default_factory=dict)
 
 
-def _level(fmt: Format, level: str) -> str:
+def _level(fmt: LogFormat, level: str) -> str:
     return fmt.levels.get(level, "")
 
 
@@ -59,15 +59,15 @@ def _tagged(m: re.Match[str], level: str, source: str, message: str, rng: random
     return f"{m.group('head')}{level} {source}: {message}"
 
 
-def _format(pattern: str, render: Callable, style: str, levels: dict[str, str] | None = None) -> Format:
-    return Format(re.compile(pattern), render, style, levels or {})
+def _format(pattern: str, render: Callable, style: str, levels: dict[str, str] | None = None) -> LogFormat:
+    return LogFormat(re.compile(pattern), render, style, levels or {})
 
 
 LOG4J = {"info": "INFO", "warning": "WARN", "error": "ERROR", "critical": "FATAL"}
 SYSLOG_HEAD = r"(?P<head>\w{3} +\d+ \d\d:\d\d:\d\d \S+ )"
 
 # loghub's 15 samples, by file name
-FORMATS: dict[str, Format] = {
+FORMATS: dict[str, LogFormat] = {
     "Linux": _format(SYSLOG_HEAD, _syslog, "system"),
     "Mac": _format(SYSLOG_HEAD, _syslog, "system"),
     "OpenSSH": _format(SYSLOG_HEAD, _syslog, "system"),
@@ -225,7 +225,7 @@ def incident(kind: str, style: str, rng: random.Random) -> list[Line]:
     raise ValueError(f"kind: unknown {kind!r}; expected one of {KINDS}")
 
 
-def render(fmt: Format, after: str, lines: list[Line], rng: random.Random) -> list[str]:
+def render(fmt: LogFormat, after: str, lines: list[Line], rng: random.Random) -> list[str]:
     """`lines` written in `fmt`, each with the header of the line `after` (which they follow);
     continuation lines as they are. A line whose header `fmt` cannot read lends none: the
     incident's lines then start with their source."""
@@ -255,7 +255,7 @@ class InjectedLog:
 
 def inject(
     lines: list[str],
-    fmt: Format,
+    fmt: LogFormat,
     plan: list[str],
     rng: random.Random,
     label: int = 1,

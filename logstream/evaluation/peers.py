@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from logstream.normalize import Normalizer
-from logstream.patterns import PatternMiner
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import PatternMiner
 
 RARITY = 1e-3
 NGRAM = 6

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from logstream.feedback import Feedback
+    from logstream.lifecycle.feedback import Feedback
     from logstream.memory.retrieval import IncidentMemory, PastIncident
     from logstream.memory.store import Incident
 
@@ -107,7 +107,7 @@ def search_command(
     json_output: JsonOpt = False,
 ) -> None:
     """The past incidents most like some text, best first, with their verdicts and resolutions."""
-    from logstream.normalize import Normalizer
+    from logstream.text.normalize import Normalizer
 
     memory = _open(alerts, outbox, k)
     try:

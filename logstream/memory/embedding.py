@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from logstream.engine import StreamingEngine
+from logstream.engine.model import load_model_dir
+from logstream.engine.streaming import StreamingEngine
+from logstream.engine.tokenizer import LineTokenizer, prompt_ids
 from logstream.memory.store import Embedding
-from logstream.model import load_model_dir
-from logstream.normalize import Normalizer
-from logstream.tokenizer import LineTokenizer, prompt_ids
+from logstream.text.normalize import Normalizer
 
 
 def embedding_space(meta: Mapping[str, Any]) -> str:

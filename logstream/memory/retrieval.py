@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from logstream.feedback import Feedback
+from logstream.lifecycle.feedback import Feedback
 from logstream.memory.settings import IncidentMemorySettings
 from logstream.memory.store import MAX_TEXT, Embedding, Incident, IncidentStore, verdicts_on
-from logstream.normalize import Normalizer
+from logstream.text.normalize import Normalizer
 
 _NORMALIZER = Normalizer()  # the default masking rules, for example lines
 _MASK = re.compile(r"<[A-Z_]+>|<\*>")
@@ -82,7 +82,7 @@ class _Vectors:
 
 
 @dataclass(frozen=True)
-class _Entry:
+class _Indexed:
     """What a row remembers to be updated or rebuilt (its vector is in `_vectors[space]`);
     tuples, not sets: at 100k rows a set per row would be most of the index's memory."""
 
@@ -103,7 +103,7 @@ class IncidentIndex:
         self._reset()
 
     def _reset(self) -> None:
-        self._entries: list[_Entry | None] = []
+        self._entries: list[_Indexed | None] = []
         self._row: dict[str, int] = {}
         self._alive = np.zeros(0, dtype=bool)
         self._first_seen = np.zeros(0)
@@ -124,13 +124,13 @@ class IncidentIndex:
     def add(self, incident: Incident) -> None:
         """Add an incident, or update its row with what it holds now."""
         vector = incident.embedding
-        entry = _Entry(
+        entry = _Indexed(
             incident.fingerprint, tuple(incident_words(incident)), incident.streams,
             incident.first_seen, vector.space if vector is not None else None,
         )  # fmt: skip
         self._add(entry, Embedding(vector.space, unit(vector.vector)) if vector is not None else None)
 
-    def _add(self, entry: _Entry, embedding: Embedding | None) -> None:
+    def _add(self, entry: _Indexed, embedding: Embedding | None) -> None:
         row = self._row.get(entry.fingerprint)
         if row is None:
             row = len(self._entries)

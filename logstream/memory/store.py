@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from logstream.errors import UserError
-from logstream.feedback import EVERY_STREAM, Feedback, FeedbackStore, check, covers, effective
+from logstream.lifecycle.feedback import EVERY_STREAM, Feedback, FeedbackStore, check, covers, effective
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group

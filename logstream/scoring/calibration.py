@@ -28,7 +28,7 @@ import numpy as np
 
 from logstream.errors import UserError
 from logstream.scoring.config import ScoringConfig
-from logstream.scoring.tail import (
+from logstream.scoring.gpd import (
     MAX_OUTLIER_SHARE,
     MIN_SAMPLES,
     TailFit,

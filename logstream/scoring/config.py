@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from logstream.scoring.evidence import LINE_TOP_K
+from logstream.scoring.gpd import finite_list
 from logstream.scoring.levels import (
     DEFAULT_FAILURE_WORDS,
     DEFAULT_SUCCESS_WORDS,
     check_level_words,
     line_level,
 )
-from logstream.scoring.tail import finite_list
 
 # Orders of magnitude a line's level adds to its calibrated score (a probability factor of
 # 10 ** prior): chosen leave one log out on benchmarks/quality.py's dev suite (docs/quality.md).

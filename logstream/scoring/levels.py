@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from logstream.normalize import MAX_LINE_CHARS, parse_level
+from logstream.text.normalize import MAX_LINE_CHARS, parse_level
 
 LEVEL_RANK = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
 ROUTINE_LEVELS = ("debug", "info")  # a level field its writer chose for routine lines: words do not raise it

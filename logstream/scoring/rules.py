@@ -1,6 +1,6 @@
 """Operator rules: an operator's verdict on a line's template, obeyed by every driver.
 
-The verdicts live in the feedback store (`logstream.feedback`): "normal" (never alert on this
+The verdicts live in the feedback store (`logstream.lifecycle.feedback`): "normal" (never alert on this
 template; its lines join the normal sample of the online tail) and "anomaly" (always alert; its
 lines stay out of the tail). Replay, tail and serve read the same store (`--feedback DB`,
 `feedback.database`), so a verdict given once holds everywhere. A store that cannot be read

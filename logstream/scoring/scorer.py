@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from logstream.explain import Explanation
-from logstream.patterns import seeded_miner
 from logstream.records import LogRecord
 from logstream.scoring.calibration import Calibration
 from logstream.scoring.evidence import line_surprisal
+from logstream.scoring.gpd import OnlineTail
 from logstream.scoring.rules import OperatorRules
-from logstream.scoring.tail import OnlineTail
+from logstream.text.explain import Explanation
+from logstream.text.patterns import seeded_miner
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ScoredLine:
     template: str | None = None
     novel: bool = False  # the line's template is new to the model
     verdict: str | None = None  # an operator's verdict on its template: "normal" | "anomaly"
-    kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.quiet)
+    kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.scoring.quiet)
     explanation: Explanation | None = None  # the surprising words (alerts only)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (alerts only)
 

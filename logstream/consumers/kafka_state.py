@@ -63,7 +63,7 @@ from aiokafka.errors import KafkaError
 
 from logstream.consumers.kafka import client_options, ensure_topic
 from logstream.detector import Detector, ScoredLine
-from logstream.engine import StreamingEngine
+from logstream.engine.streaming import StreamingEngine
 from logstream.metrics import (
     CHANGELOG_RESTORE_FAILURES,
     CHANGELOG_SKIPPED_LINES,
@@ -71,9 +71,9 @@ from logstream.metrics import (
     COLD_LINES,
     SPLIT_STREAMS,
 )
-from logstream.patterns import template_id
 from logstream.records import LogRecord
 from logstream.settings import KafkaSettings, StateSettings
+from logstream.text.patterns import template_id
 
 log = structlog.get_logger(__name__)
 

@@ -33,14 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from logstream.detector import Detector
-from logstream.event_time import line_time
-from logstream.feedback import FeedbackStore, latest_verdicts
-from logstream.model import ModelDirError, load_model_dir, model_id
-from logstream.normalize import Normalizer
-from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
-from logstream.quiet import learn_baseline
+from logstream.engine.model import ModelDirError, load_model_dir, model_id
+from logstream.lifecycle.feedback import FeedbackStore, latest_verdicts
+from logstream.lifecycle.train import (
+    Stream,
+    TrainConfig,
+    Trained,
+    calibrate,
+    data_sha256,
+    heldout_split,
+    train,
+)
 from logstream.scoring.calibration import Calibration
-from logstream.train import Stream, TrainConfig, Trained, calibrate, data_sha256, heldout_split, train
+from logstream.scoring.quiet import learn_baseline
+from logstream.text.event_time import line_time
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import MAX_TEMPLATES, mine, pattern_prompt
 
 SAMPLE_FILE = "baseline_sample.jsonl"
 SAMPLE_LINES = 4000  # the old data a model keeps for its successors (consecutive lines per stream)

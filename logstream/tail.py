@@ -50,17 +50,17 @@ from logstream.alerts.context import LineContext, anomalies_of
 from logstream.alerts.pipeline import AlertSink
 from logstream.alerts.sink import AnomalySink
 from logstream.consumers.file import read_file
+from logstream.consumers.inputs import STDIN, line_parser
 from logstream.consumers.multiline import JoinStats, joiner_for
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.stdin import read_stdin
 from logstream.detector import Detector
-from logstream.event_time import with_event_time
-from logstream.inputs import STDIN, line_parser
-from logstream.live_model import ModelFollower
-from logstream.printable import printable
-from logstream.quiet import QuietWatch
+from logstream.lifecycle.follower import ModelFollower
 from logstream.records import Anomaly, LogRecord
+from logstream.scoring.quiet import QuietWatch
 from logstream.settings import InputSettings, MultilineSettings
+from logstream.text.event_time import with_event_time
+from logstream.text.printable import printable
 
 log = structlog.get_logger(__name__)
 

@@ -33,8 +33,8 @@ from typing import Any
 import structlog
 
 from logstream.detector import Detector, ScoredLine
-from logstream.feedback import audit_entries, covers
-from logstream.live_model import load_version, reason
+from logstream.lifecycle.feedback import audit_entries, covers
+from logstream.lifecycle.follower import load_version, reason
 from logstream.metrics import MODEL_FLAGGED, MODEL_WOULD_ALERT, SHADOW_FAILURES, SHADOW_OVERLAP
 from logstream.records import LogRecord
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from logstream.kernels import flash_cpu, reference
+from logstream.engine.kernels import flash_cpu, reference
 
 Backend = Literal["triton", "flash_cpu", "reference"]
 FORCE_TRITON_ENV = "LOGSTREAM_FORCE_TRITON"
@@ -45,7 +45,7 @@ def ring_write(
     `scales` (k, v) [N, Hkv, L, 1] fp32: the ring is int8, each token quantized
     (`reference.quantize_int8`) and its scales written at the same slots."""
     if backend_for(ring_k) == "triton":  # flash_cpu has no ring write of its own: the reference's
-        from logstream.kernels import ring_write as kernel
+        from logstream.engine.kernels import ring_write as kernel
 
         kernel.ring_write(ring_k, ring_v, slots, head, k_new, v_new, chunk_len, scales)
     elif scales is None:
@@ -91,7 +91,7 @@ def sink_ring_attention(
         slots = torch.arange(len(slots), device=slots.device)
     args = (q_win, q_sink, k_new, v_new, sink_k, sink_v, ring_k, ring_v, slots, head, fill)
     if backend == "triton":
-        from logstream.kernels import sink_ring_attention as kernel
+        from logstream.engine.kernels import sink_ring_attention as kernel
 
         return kernel.sink_ring_attention(*args, ring_scales=ring_scales)
     if backend == "flash_cpu":

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from logstream.event_time import line_time
 from logstream.records import Stream
-from logstream.scoring.tail import MIN_SAMPLES, TailFit, count, finite, fit_tail
+from logstream.scoring.gpd import MIN_SAMPLES, TailFit, count, finite, fit_tail
+from logstream.text.event_time import line_time
 
 MAX_SOURCES = 4096  # (stream, source) pairs watched
 MAX_GAPS = 500  # a source's most recent gaps kept for its fit

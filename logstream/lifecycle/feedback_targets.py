@@ -1,4 +1,4 @@
-"""What an operator points at, resolved to the verdicts to store (logstream.feedback).
+"""What an operator points at, resolved to the verdicts to store (logstream.lifecycle.feedback).
 
 A target is a template as alerts show it, a raw line (masked by the model's rules), an
 alert's fingerprint (its group in the outbox), or a place: `path:line` (read from the file)
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logstream.feedback import (
+from logstream.lifecycle.feedback import (
     EVERY_STREAM,
     Feedback,
     FeedbackError,
@@ -29,7 +29,7 @@ from logstream.feedback import (
     check,
     template_of,
 )
-from logstream.normalize import Normalizer
+from logstream.text.normalize import Normalizer
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group

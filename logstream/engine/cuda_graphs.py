@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from logstream.engine import StreamingEngine
+from logstream.engine.streaming import StreamingEngine
 
 
 def capture(

@@ -7,7 +7,7 @@ the distinct templates seen during the replay once more, so each group is one fi
 template; ten `synchronized to` lines from ten hosts are one row, with a count.
 
 A replay may be longer than memory, so a group keeps no list of its items: `Grouper` adds
-items as they are scored into one `Group` per template text seen (counts, first and last
+items as they are scored into one `TemplateGroup` per template text seen (counts, first and last
 line, streams, the worst item and the first EXAMPLES), and `groups()` merges them into the
 final templates at the end. Memory grows with the templates and streams, not the lines.
 """
@@ -19,14 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from logstream.normalize import DEFAULT_RULES
-from logstream.patterns import PatternMiner
+from logstream.text.normalize import DEFAULT_RULES
+from logstream.text.patterns import PatternMiner
 
 if TYPE_CHECKING:
     from logstream.replay import Unit
 
 EXAMPLES = 2  # items kept per group besides the worst, the first in file order (the report shows them)
-_WORDS = re.compile(r"\w+(?:[.-]\w+)*")  # as logstream.explain names words
+_WORDS = re.compile(r"\w+(?:[.-]\w+)*")  # as logstream.text.explain names words
 _TIMESTAMP = re.compile(next(r.pattern for r in DEFAULT_RULES if r.name == "timestamp"))
 
 
@@ -37,7 +37,7 @@ def log_time(line: str) -> str | None:
 
 
 @dataclass
-class Group:
+class TemplateGroup:
     """Items of one template, summarized: add them in file order (`add`), or `merge` two groups."""
 
     template: str
@@ -49,10 +49,10 @@ class Group:
     novel: bool = False  # some line of the group opened a template the model had never seen
     stream_set: set[str] = field(default_factory=set)
     examples: list[Unit] = field(default_factory=list)  # the first EXAMPLES items, in file order
-    anomalies: Group | None = None  # its items over the threshold (a pattern's; None: none)
+    anomalies: TemplateGroup | None = None  # its items over the threshold (a pattern's; None: none)
 
     @classmethod
-    def of(cls, template: str, u: Unit) -> Group:
+    def of(cls, template: str, u: Unit) -> TemplateGroup:
         """A group of one item."""
         return cls(
             template, u, first=u.line, last=u.line, first_time=log_time(u.text), novel=u.novel,
@@ -70,7 +70,7 @@ class Group:
         if len(self.examples) < EXAMPLES:
             self.examples.append(u)
 
-    def merge(self, other: Group) -> None:
+    def merge(self, other: TemplateGroup) -> None:
         """Take in another group's items (the template stays this one's)."""
         if other.first < self.first:
             self.first, self.first_time = other.first, other.first_time
@@ -87,7 +87,7 @@ class Group:
             else:
                 self.anomalies.merge(other.anomalies)
 
-    def renamed(self, template: str) -> Group:
+    def renamed(self, template: str) -> TemplateGroup:
         """A copy under another template, to merge into without changing this one."""
         anomalies = self.anomalies.renamed(template) if self.anomalies is not None else None
         return replace(
@@ -115,18 +115,18 @@ class Grouper:
     """Groups units as they are scored (in file order); `groups()` gives the final patterns."""
 
     def __init__(self) -> None:
-        self.by_text: dict[str, Group] = {}  # template text as mined -> its items so far
+        self.by_text: dict[str, TemplateGroup] = {}  # template text as mined -> its items so far
 
     def add(self, u: Unit) -> None:
         key = u.template if u.template is not None else u.text
         group = self.by_text.get(key)
         if group is None:
-            group = self.by_text[key] = Group.of(key, u)
+            group = self.by_text[key] = TemplateGroup.of(key, u)
         else:
             group.add(u)
         if u.is_anomaly:
             if group.anomalies is None:
-                group.anomalies = Group.of(key, u)
+                group.anomalies = TemplateGroup.of(key, u)
             else:
                 group.anomalies.add(u)
 
@@ -138,10 +138,10 @@ class Grouper:
                     yield group.worst
                     yield from group.examples
 
-    def groups(self) -> list[Group]:
+    def groups(self) -> list[TemplateGroup]:
         """One group per final template (`final_templates`), by first line."""
         final = final_templates(self.by_text)
-        merged: dict[str, Group] = {}
+        merged: dict[str, TemplateGroup] = {}
         for text, group in self.by_text.items():
             template = final[text]
             if template in merged:
@@ -198,7 +198,7 @@ def why(u: Unit) -> str:
     return text
 
 
-def group_by_template(units: Iterable[Unit]) -> list[Group]:
+def group_by_template(units: Iterable[Unit]) -> list[TemplateGroup]:
     """Units (in any order) grouped by final template; groups by first line."""
     grouper = Grouper()
     for u in sorted(units, key=lambda u: u.line):
@@ -206,7 +206,7 @@ def group_by_template(units: Iterable[Unit]) -> list[Group]:
     return grouper.groups()
 
 
-def anomaly_groups(patterns: list[Group]) -> list[Group]:
+def anomaly_groups(patterns: list[TemplateGroup]) -> list[TemplateGroup]:
     """The anomalies of each pattern (`Grouper.groups`), worst score first."""
     groups = [g.anomalies for g in patterns if g.anomalies is not None]
     return sorted(groups, key=lambda g: (-g.worst.score, g.first))

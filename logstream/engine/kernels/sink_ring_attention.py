@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from logstream.kernels.ring_write import same_layout, scale_args
+from logstream.engine.kernels.ring_write import same_layout, scale_args
 
 _LOG2E = 1.4426950408889634
 

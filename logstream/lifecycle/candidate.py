@@ -26,14 +26,14 @@ from pathlib import Path
 
 import structlog
 
-from logstream import model_store
 from logstream.detector import ScoredLine
+from logstream.lifecycle import model_store
+from logstream.lifecycle.retrain import continue_training, write_sample
+from logstream.lifecycle.train import TrainConfig, save
 from logstream.metrics import CANDIDATES
 from logstream.records import Stream
-from logstream.retrain import continue_training, write_sample
-from logstream.train import TrainConfig, save
 
-log = structlog.get_logger("logstream.candidate")
+log = structlog.get_logger("logstream.lifecycle.candidate")
 
 
 class CandidateTrainer:

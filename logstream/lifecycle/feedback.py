@@ -56,9 +56,9 @@ import structlog
 
 from logstream.errors import UserError
 from logstream.metrics import FEEDBACK_REFRESH_ERRORS, FEEDBACK_RULES
-from logstream.normalize import Normalizer
-from logstream.patterns import PatternMiner
 from logstream.rotating import rotated_files
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import PatternMiner
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from logstream.errors import UserError
-from logstream.metadata import VERSIONS, content_sha256
+from logstream.lifecycle.metadata import VERSIONS, content_sha256
 
 LIVE = "live.jsonl"
 LINEAGE = "lineage.json"

@@ -36,10 +36,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from logstream.allocator import keep_step_memory
-from logstream.kernels.dispatch import backend_for, ring_write, sink_ring_attention
-from logstream.kernels.flash_cpu import block_fill, window_bias
-from logstream.kernels.reference import apply_rope, rope_at
+from logstream.engine.allocator import keep_step_memory
+from logstream.engine.kernels.dispatch import backend_for, ring_write, sink_ring_attention
+from logstream.engine.kernels.flash_cpu import block_fill, window_bias
+from logstream.engine.kernels.reference import apply_rope, rope_at
 
 StepFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # with `StreamingEngine.device_step`'s signature
 TokenCount = TypeVar("TokenCount", int, np.ndarray)  # `block_len` takes a count or an array of them
@@ -87,14 +87,14 @@ def step_groups(chunk_len: np.ndarray, chunk_tokens: int, step_rows: int = STEP_
 
 
 @dataclass
-class StreamState:
+class RingSlot:
     slot: int  # its row in the engine's per-slot state: rings, `position`, `next_logprobs`
     recent: deque[int] = field(default_factory=deque)  # last L token ids, to rebuild after eviction
 
 
 # An offloaded stream: its state, host copies of its slot's tensors (`_pools()`, then the [V]
 # next log-probs) and its position
-Offloaded = tuple[StreamState, list[torch.Tensor], int]
+Offloaded = tuple[RingSlot, list[torch.Tensor], int]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -196,7 +196,7 @@ class StreamingEngine:
         # (at 1,024 streams on a GPU that Python was most of a call; docs/gpu/README.md):
         self.position = np.zeros(max_streams, dtype=np.int64)  # [N] tokens written (`head`, `fill`)
         self.next_logprobs = torch.zeros(max_streams, self.vocab_size, device=self.device)  # [N, V] fp32
-        self.streams: OrderedDict[str, StreamState] = OrderedDict()  # LRU order
+        self.streams: OrderedDict[str, RingSlot] = OrderedDict()  # LRU order
         self.evicted: OrderedDict[str, deque[int]] = OrderedDict()  # recent tokens of evicted
         # offload: evicted streams' rings on the host, [layers, Hkv, L, D] each for K and V
         self.offload = offload
@@ -404,7 +404,7 @@ class StreamingEngine:
 
     # -- streams ---------------------------------------------------------------------------------
 
-    def _acquire(self, stream: str, keep: set[str]) -> tuple[StreamState, list[int]]:
+    def _acquire(self, stream: str, keep: set[str]) -> tuple[RingSlot, list[int]]:
         """The stream's state (LRU-touched) and tokens to replay unscored if it was evicted."""
         if stream in self.streams:
             self.streams.move_to_end(stream)
@@ -421,7 +421,7 @@ class StreamingEngine:
             self.next_logprobs[slot].copy_(saved[-1], non_blocking=True)
             self.streams[stream] = state
             return state, []
-        state = StreamState(slot=slot, recent=deque(maxlen=self.window))
+        state = RingSlot(slot=slot, recent=deque(maxlen=self.window))
         self.position[slot] = 0
         self.next_logprobs[slot] = self.initial_logprobs
         self.streams[stream] = state

@@ -39,11 +39,11 @@ from pydantic import (
     model_validator,
 )
 
+from logstream.engine.presets import PRESETS
 from logstream.errors import UserError
-from logstream.presets import PRESETS
-from logstream.quiet import MAX_SOURCES, BaselineRhythm
 from logstream.regex import RegexError, compile_safe
 from logstream.scoring.calibration import Calibration
+from logstream.scoring.quiet import MAX_SOURCES, BaselineRhythm
 
 META_VERSION = 3  # 3: level priors after calibration, exponential or heavier tails
 META_FILE = "logstream.json"
@@ -71,7 +71,7 @@ class ModelDirError(UserError):
 
 
 class MaskRuleMeta(BaseModel):
-    """One masking rule; exactly the fields of `logstream.normalize.MaskRule`."""
+    """One masking rule; exactly the fields of `logstream.text.normalize.MaskRule`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -35,15 +35,15 @@ import torch
 import torch.nn.functional as F
 
 from logstream.detector import Detector
+from logstream.engine.model import PRESETS, build_model, save_model_dir
+from logstream.engine.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 from logstream.errors import UserError
-from logstream.model import PRESETS, build_model, save_model_dir
-from logstream.normalize import Normalizer
-from logstream.patterns import MAX_TEMPLATES, mine, pattern_prompt
-from logstream.quiet import learn_baseline
 from logstream.records import Stream
 from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
 from logstream.scoring.config import ScoringConfig
-from logstream.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
+from logstream.scoring.quiet import learn_baseline
+from logstream.text.normalize import Normalizer
+from logstream.text.patterns import MAX_TEMPLATES, mine, pattern_prompt
 
 MIN_WINDOW = 64
 AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
@@ -419,7 +419,7 @@ def train(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "stream_key": config.stream_key,  # replay and tail default to it
         "calibration": Calibration(config=config.scoring).to_json(),
-        # each source's rhythm (held-out lines too): quiet watches start from it (logstream.quiet)
+        # each source's rhythm (held-out lines too): quiet watches start from it (logstream.scoring.quiet)
         "quiet_baseline": {source: r.to_json() for source, r in learn_baseline(streams).items()},
     }
     detector = Detector(model, tokenizer, meta, device="cpu")

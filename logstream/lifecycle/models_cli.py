@@ -1,4 +1,4 @@
-"""`logstream models ...`: the versioned model store (see logstream.model_store).
+"""`logstream models ...`: the versioned model store (see logstream.lifecycle.model_store).
 
     logstream models add --store models/ runs/candidate -c "after the 2.4 deploy"
     logstream models list --store models/
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from logstream import model_store
 from logstream.alerts.cli import _user
 from logstream.errors import UserError
+from logstream.lifecycle import model_store
 
 if TYPE_CHECKING:
-    from logstream.shadow import Gate
+    from logstream.lifecycle.shadow import Gate
 
 app = typer.Typer(no_args_is_help=True, help=__doc__, add_completion=False)
 
@@ -47,7 +47,7 @@ ByOpt = Annotated[str, typer.Option(help="Who (default: the current user).")]
 
 def _trial(directory: Path, refused: str) -> None:
     """Load the model and score a trial line; a StoreError saying what was `refused` if it fails."""
-    from logstream.live_model import load_checked  # torch: only for the commands that load
+    from logstream.lifecycle.follower import load_checked  # torch: only for the commands that load
 
     try:
         load_checked(directory, {"device": "cpu"})
@@ -64,8 +64,8 @@ def evaluate(model_dir: Path, log: Path, labels: Path | None) -> dict[str, objec
     flagged per 10k, and with labels precision and recall; the file's hash names the set."""
     import hashlib
 
+    from logstream.consumers.inputs import InputStats, line_parser, read_labels, read_records
     from logstream.detector import Detector
-    from logstream.inputs import InputStats, line_parser, read_labels, read_records
 
     detector = Detector.load(model_dir, device="cpu")
     # as replay reads it: serve's parser and bad-input policy, the model's saved stream key
@@ -208,8 +208,8 @@ def _compare(
 ) -> tuple[str | None, str | None, Gate | None]:
     """Print the live and shadow tallies and the gate; (live id, shadow id, gate), Nones
     when the range does not hold exactly one live and one shadow model."""
-    from logstream.feedback import FeedbackStore, latest_verdicts
-    from logstream.shadow import gate, tally
+    from logstream.lifecycle.feedback import FeedbackStore, latest_verdicts
+    from logstream.lifecycle.shadow import gate, tally
 
     tallies = tally(audit, since, until)
     for model, t in sorted(tallies.items()):

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from logstream.normalize import MaskRule, clean_line, compile_rules
+from logstream.text.normalize import MaskRule, clean_line, compile_rules
 
 MAX_WORDS = 3  # words named in an explanation
 MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name

@@ -48,7 +48,7 @@ from urllib.parse import parse_qs
 
 import structlog
 
-from logstream.feedback import (
+from logstream.lifecycle.feedback import (
     EVERY_STREAM,
     Feedback,
     FeedbackError,
@@ -56,12 +56,12 @@ from logstream.feedback import (
     FeedbackStore,
     FeedbackUnavailable,
 )
-from logstream.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
+from logstream.lifecycle.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
 from logstream.memory.retrieval import IncidentMemory
 from logstream.memory.store import IncidentError, IncidentUnavailable, UnknownIncident
 from logstream.metrics import FEEDBACK, BoundedWSGIServer, HttpLimits, start_server
-from logstream.normalize import Normalizer
 from logstream.settings import ServeSettings, SettingsError
+from logstream.text.normalize import Normalizer
 
 log = structlog.get_logger(__name__)
 

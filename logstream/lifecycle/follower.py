@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 import structlog
 
-from logstream import model_store
 from logstream.detector import Detector
 from logstream.errors import UserError
-from logstream.metadata import ModelDirError, one_line
+from logstream.lifecycle import model_store
+from logstream.lifecycle.metadata import ModelDirError, one_line
 from logstream.metrics import MODEL_FALLBACK, MODEL_LOAD_FAILURES
 from logstream.records import LogRecord
 

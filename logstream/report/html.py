@@ -7,7 +7,7 @@ air-gapped laptop. Charts are inline SVG drawn here. Sections:
 - score timeline per stream: score by line number, the threshold, anomaly markers;
 - anomalies grouped by template, the surprising words highlighted in each example;
 - patterns: every template with its count, first-seen line and time, and a new flag;
-- sources that stopped logging (`logstream.quiet`), when any did;
+- sources that stopped logging (`logstream.scoring.quiet`), when any did;
 - with `--alerts`, the notifications on-call would have received, each firing one with the
   past incidents of the replay most like it (their time, verdicts and resolution).
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from logstream.alerts import past
 from logstream.alerts.alert import Alert, rfc3339
-from logstream.groups import Group, anomaly_groups, why
 from logstream.replay import ReplayReport, Unit
+from logstream.report.groups import TemplateGroup, anomaly_groups, why
 
 MAX_TIMELINES = 12  # streams drawn (the worst first)
 MAX_MARKERS = 400  # anomaly markers per stream
@@ -96,7 +96,7 @@ def _json_in_html(data: dict[str, Any]) -> str:
     return json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _summary(report: ReplayReport, summary: dict[str, Any], groups: list[Group]) -> str:
+def _summary(report: ReplayReport, summary: dict[str, Any], groups: list[TemplateGroup]) -> str:
     cards = [
         (f"{report.unit}s scored", f"{len(report.columns):,}"),
         ("streams", f"{report.streams:,}"),
@@ -220,7 +220,7 @@ def _highlighted(u: Unit) -> str:
     )
 
 
-def _groups(groups: list[Group], unit: str) -> str:
+def _groups(groups: list[TemplateGroup], unit: str) -> str:
     rows = []
     for g in groups[:MAX_GROUPS]:
         examples = sorted({id(u): u for u in (g.worst, *g.examples)}.values(), key=lambda u: u.line)
@@ -268,7 +268,7 @@ def _table(
     )
 
 
-def _patterns(patterns: list[Group]) -> str:
+def _patterns(patterns: list[TemplateGroup]) -> str:
     ranked = sorted(patterns, key=lambda g: (-g.count, g.first))
     rows = [
         f'<tr class="pattern"><td><code>{_e(g.template)}</code></td><td class="num">{g.count:,}</td>'

@@ -7,7 +7,7 @@
     logstream feedback anomaly --alerts configs/alerts.yaml --audit audit.jsonl --at logs/0@1234
     logstream feedback list --alerts configs/alerts.yaml
 
-The verdict is stored in the outbox database (next to the silences; see logstream.feedback)
+The verdict is stored in the outbox database (next to the silences; see logstream.lifecycle.feedback)
 as by the user running the command, and a running serve obeys it within its
 `feedback.refresh_seconds`. Errors are one line, exit status 2; a fingerprint whose alert
 group holds several templates lists them (exit 2) for `--template N` or `--all`.
@@ -27,9 +27,16 @@ from typing import Annotated
 import typer
 
 from logstream.alerts.cli import _user
-from logstream.feedback import EVERY_STREAM, Feedback, FeedbackError, FeedbackStore, effective, valid
-from logstream.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
-from logstream.normalize import Normalizer
+from logstream.lifecycle.feedback import (
+    EVERY_STREAM,
+    Feedback,
+    FeedbackError,
+    FeedbackStore,
+    effective,
+    valid,
+)
+from logstream.lifecycle.feedback_targets import AmbiguousTarget, Stamp, Target, expiry, resolve
+from logstream.text.normalize import Normalizer
 
 app = typer.Typer(no_args_is_help=True, help=__doc__, add_completion=False)
 

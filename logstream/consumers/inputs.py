@@ -30,10 +30,10 @@ from logstream.consumers.file import read_file
 from logstream.consumers.multiline import JoinStats, join_records, joiner_for
 from logstream.consumers.parse import RecordParser, Rejected, RejectLog
 from logstream.errors import UserError
-from logstream.event_time import with_event_time
 from logstream.records import LogRecord, Stream
 from logstream.regex import Pattern, RegexError, compile_safe
 from logstream.settings import InputSettings, MultilineSettings
+from logstream.text.event_time import with_event_time
 
 FORMATS = ("lines", "sessions")
 STDIN = "-"  # an input name that means standard input (`logstream tail -`)

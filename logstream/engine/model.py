@@ -21,7 +21,9 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
-from logstream.metadata import (
+from logstream.engine.presets import PRESETS
+from logstream.engine.tokenizer import LineTokenizer
+from logstream.lifecycle.metadata import (
     META_FILE,
     META_VERSION,
     ModelDirError,
@@ -29,8 +31,6 @@ from logstream.metadata import (
     one_line,
     read_model_meta,
 )
-from logstream.presets import PRESETS
-from logstream.tokenizer import LineTokenizer
 
 # Checkpoints with the Llama tensor layout that the engine's own forward can run.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")

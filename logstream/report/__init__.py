@@ -1,0 +1,1 @@
+"""What a replay shows a person: anomalies grouped by template, and the HTML report."""
