@@ -23,7 +23,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from logstream.consumers.kafka_state import StreamState
+from logstream.kafka_state import StreamState
 
 # -- damaged model directories ---------------------------------------------------------------
 

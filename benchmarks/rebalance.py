@@ -64,9 +64,9 @@ from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offse
 from synthetic_model import train_synthetic_model
 
 from logstream.consumers.inputs import parse_lines, streams_from_lines
-from logstream.consumers.kafka_state import Changelog, StreamBook, StreamState
 from logstream.detector import Detector
 from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines, with_sessions
+from logstream.kafka_state import Changelog, StreamBook, StreamState
 from logstream.lifecycle.train import TrainConfig, save, train
 from logstream.settings import KafkaSettings, StateSettings
 

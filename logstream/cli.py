@@ -232,7 +232,7 @@ def check_paths(inputs: list[Path], model: Path | None) -> Path | None:
 
 def is_store(path: Path) -> bool:
     """A model store (logstream.lifecycle.model_store): `versions/` and no model of its own."""
-    from logstream.lifecycle.metadata import META_FILE
+    from logstream.engine.metadata import META_FILE
     from logstream.lifecycle.model_store import VERSIONS
 
     return (path / VERSIONS).is_dir() and not (path / META_FILE).exists()
@@ -241,7 +241,7 @@ def is_store(path: Path) -> bool:
 def model_dir(path: Path) -> Path:
     """A model directory, or a model store's live version (what serve scores with), checked
     without torch; a ModelDirError or StoreError names what is wrong and the fix."""
-    from logstream.lifecycle.metadata import read_model_meta
+    from logstream.engine.metadata import read_model_meta
     from logstream.lifecycle.model_store import live_dir
 
     directory = live_dir(path) if is_store(path) else path

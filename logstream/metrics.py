@@ -1,5 +1,5 @@
 """Prometheus metrics (names as in DESIGN "Interfaces"), the /healthz /readyz /metrics server,
-and the bounded HTTP server it and POST /feedback (logstream.lifecycle.feedback_http) run on.
+and the bounded HTTP server it and POST /feedback (logstream.http_api) run on.
 
 Defined once here, in the default registry, so that every module counts into
 the same series. Labels stay low-cardinality: never a stream id or free text.
@@ -73,7 +73,7 @@ TRACKED_STREAM_EVICTIONS = Counter(
     "logstream_tracked_stream_evictions",
     "Streams forgotten by the idle tracker at max_tracked_streams (least recently seen first).",
 )
-# state that follows its partition (logstream/consumers/kafka_state.py) and affinity (consumers/repartition.py)
+# state that follows its partition (logstream/kafka_state.py) and affinity (consumers/repartition.py)
 CHANGELOG_WRITES = Counter(
     "logstream_changelog_writes", "Stream states written to the changelog topic.", ["outcome"]
 )

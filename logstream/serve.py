@@ -24,7 +24,7 @@ Rebalance: on revoke the fetcher stops, the scorer finishes what is queued,
 and the processed offsets are committed before the partitions go; on assign
 fetching resumes, whatever the assignment's own work raised. With `state.changelog_topic`,
 streams' state is written before each commit and restored on assign before fetching
-(logstream/consumers/kafka_state.py; a stream whose restore fails starts cold); with
+(logstream/kafka_state.py; a stream whose restore fails starts cold); with
 `repartition.topic`, the scorer reads that topic (consumers/repartition.py). SIGTERM/SIGINT: stop fetching, finish the batch being
 scored, commit, leave the group, all within `shutdown_grace_seconds`.
 """
@@ -54,7 +54,6 @@ from logstream.alerts.pipeline import AlertSink, open_alert_sink
 from logstream.alerts.sink import AnomalySink, JsonlSink
 from logstream.audit import AuditLog
 from logstream.consumers.kafka import Batch, KafkaSource
-from logstream.consumers.kafka_state import Changelog, StreamBook, restore_failed
 from logstream.consumers.parse import RecordParser, RejectLog
 from logstream.consumers.repartition import (
     Repartitioner,
@@ -63,8 +62,9 @@ from logstream.consumers.repartition import (
     serve_repartition,
 )
 from logstream.detector import Detector, ScoredLine
+from logstream.http_api import open_feedback, serve_feedback
+from logstream.kafka_state import Changelog, StreamBook, restore_failed
 from logstream.lifecycle.candidate import CandidateTrainer
-from logstream.lifecycle.feedback_http import open_feedback, serve_feedback
 from logstream.lifecycle.follower import ModelFollower
 from logstream.lifecycle.shadow import Shadow, count_live
 from logstream.lifecycle.train import TrainConfig
@@ -380,7 +380,7 @@ class Service:
         offsets = dict(self._processed)
         if self.changelog is not None:
             if not await self._write_changelog():
-                return  # state goes before the offsets it covers (logstream/consumers/kafka_state.py)
+                return  # state goes before the offsets it covers (logstream/kafka_state.py)
             self._next_commit = time.monotonic() + self.settings.state.changelog_interval_seconds
         if offsets and await self.source.commit(offsets):
             # offsets handed off while the commit was in flight stay for the next one

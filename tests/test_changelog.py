@@ -1,4 +1,4 @@
-"""State that follows its partition (logstream/consumers/kafka_state.py), in process: the record format,
+"""State that follows its partition (logstream/kafka_state.py), in process: the record format,
 the engine's rebuild from token ids, the restore of a stream into another detector, the
 cold-start policy, split streams, and re-delivered lines a restored state already covers.
 The real-broker tests (a rebalance, a kill -9) are in tests/test_changelog_kafka.py."""
@@ -16,10 +16,10 @@ import pytest
 import torch
 from test_engine import tiny_llama
 
-from logstream.consumers.kafka_state import BadRecord, StreamBook, StreamState, restorable
 from logstream.detector import Detector
 from logstream.engine.streaming import StreamingEngine
 from logstream.evaluation.synth import STREAM_KEY, generate_lines
+from logstream.kafka_state import BadRecord, StreamBook, StreamState, restorable
 from logstream.metrics import CHANGELOG_RESTORE_FAILURES, SPLIT_STREAMS
 from logstream.records import LogRecord
 from logstream.settings import StateSettings

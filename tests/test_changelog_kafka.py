@@ -14,8 +14,8 @@ from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offse
 from test_changelog import RESTORE_TOLERANCE
 from test_kafka_serve import Serve, fully_committed, new_topic, normal_lines, read_jsonl, wait_for
 
-from logstream.consumers.kafka_state import StreamState
 from logstream.detector import Detector
+from logstream.kafka_state import StreamState
 
 pytestmark = pytest.mark.kafka
 

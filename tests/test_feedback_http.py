@@ -1,4 +1,4 @@
-"""`POST /feedback` and the bounded HTTP servers (logstream.lifecycle.feedback_http, logstream.metrics),
+"""`POST /feedback` and the bounded HTTP servers (logstream.http_api, logstream.metrics),
 each a real server on 127.0.0.1 spoken to over raw sockets: body reads bounded by the
 Content-Length, connections capped with a thread each, half-sent requests dropped, the
 author taken from the token (with the caller's address), rules scoped and expiring, an
@@ -21,8 +21,8 @@ from kafka_broker import free_port
 
 from logstream.alerts.config import load_config
 from logstream.alerts.outbox import Outbox
+from logstream.http_api import FeedbackEndpoint, load_tokens
 from logstream.lifecycle.feedback import FeedbackRules, FeedbackStore
-from logstream.lifecycle.feedback_http import FeedbackEndpoint, load_tokens
 from logstream.metrics import BoundedWSGIServer, Health, HttpLimits, serve_http, start_server
 from logstream.settings import SettingsError, load_settings
 

@@ -30,7 +30,7 @@ from logstream.alerts.alert import rfc3339
 from logstream.alerts.config import load_config
 from logstream.alerts.pipeline import AlertSink, drain, run_replay_alerts
 from logstream.detector import Detector
-from logstream.lifecycle.feedback_http import open_feedback, serve_feedback
+from logstream.http_api import open_feedback, serve_feedback
 from logstream.memory.embedding import LineEmbedder, embedding_space
 from logstream.memory.settings import IncidentMemorySettings
 from logstream.metrics import BoundedWSGIServer

@@ -1,4 +1,4 @@
-"""The incident memory on serve's feedback port (logstream.lifecycle.feedback_http), a real server on
+"""The incident memory on serve's feedback port (logstream.http_api), a real server on
 127.0.0.1 spoken to over raw sockets: every route needs a bearer token, a resolution's
 author is the token's user, its body is read no further than its bounded Content-Length,
 an unknown fingerprint is 404, and search and show answer what the CLI answers."""
@@ -14,8 +14,8 @@ import pytest
 from kafka_broker import free_port
 from test_feedback_http import ALICE, BOB, body, exchange, status
 
+from logstream.http_api import FeedbackEndpoint, load_tokens
 from logstream.lifecycle.feedback import FeedbackRules, FeedbackStore
-from logstream.lifecycle.feedback_http import FeedbackEndpoint, load_tokens
 from logstream.memory.retrieval import IncidentMemory
 from logstream.memory.store import Incident
 from logstream.metrics import BoundedWSGIServer, HttpLimits, start_server

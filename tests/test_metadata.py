@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from logstream.detector import Detector
+from logstream.engine.metadata import MAX_SINK_TOKENS, MAX_WINDOW, validate_meta
 from logstream.engine.model import META_FILE, ModelDirError, load_model_dir
 from logstream.evaluation.synth import generate_lines
-from logstream.lifecycle.metadata import MAX_SINK_TOKENS, MAX_WINDOW, validate_meta
 from logstream.lifecycle.train import Stream, TrainConfig, save, train
 from logstream.records import LogRecord
 

@@ -128,7 +128,7 @@ def test_a_history_line_whose_version_is_not_a_name_is_skipped(model_dir: Path, 
 def test_a_version_records_its_content_hash_and_promote_checks_it(model_dir: Path, tmp_path: Path) -> None:
     """lineage.json holds the hash of the version's weights, tokenizer, config.json and
     logstream.json; once a file of the version changed, promote refuses it by name."""
-    from logstream.lifecycle.metadata import content_sha256
+    from logstream.engine.metadata import content_sha256
 
     store = tmp_path / "store"
     model_store.add(store, model_dir)

@@ -21,9 +21,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
-from logstream.engine.presets import PRESETS
-from logstream.engine.tokenizer import LineTokenizer
-from logstream.lifecycle.metadata import (
+from logstream.engine.metadata import (
     META_FILE,
     META_VERSION,
     ModelDirError,
@@ -31,6 +29,8 @@ from logstream.lifecycle.metadata import (
     one_line,
     read_model_meta,
 )
+from logstream.engine.presets import PRESETS
+from logstream.engine.tokenizer import LineTokenizer
 
 # Checkpoints with the Llama tensor layout that the engine's own forward can run.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")

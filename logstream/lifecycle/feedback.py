@@ -61,7 +61,7 @@ from logstream.text.normalize import Normalizer
 from logstream.text.patterns import PatternMiner
 
 if TYPE_CHECKING:
-    from logstream.alerts.grouping import Group
+    pass
 
 log = structlog.get_logger(__name__)
 
@@ -174,7 +174,7 @@ class FeedbackStore:
         as no verdicts)."""
         if self._schema:
             return
-        with self._connect() as db:
+        with self.connection() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(FEEDBACK_SCHEMA)
             have = {row[1] for row in db.execute("PRAGMA table_info(feedback)")}
@@ -185,7 +185,7 @@ class FeedbackStore:
         self._schema = True
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> Iterator[sqlite3.Connection]:
         with _sqlite_errors(self.path):
             db = sqlite3.connect(self.path, isolation_level=None, timeout=self.timeout)
             try:
@@ -199,7 +199,7 @@ class FeedbackStore:
         created_at = time.time() if now is None else now
         check(feedback, created_at)
         self._ensure_schema()
-        with self._connect() as db:
+        with self.connection() as db:
             cursor = db.execute(
                 "INSERT INTO feedback (verdict, template, line, target, model, created_by, comment,"
                 " created_at, stream, expires_at, remote) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -212,7 +212,7 @@ class FeedbackStore:
     def listed(self) -> list[Feedback]:
         """Every verdict, oldest first."""
         self._ensure_schema()
-        with self._connect() as db:
+        with self.connection() as db:
             return [Feedback(*row) for row in db.execute(f"SELECT {COLUMNS} FROM feedback ORDER BY id")]
 
     def prune(self, retention_days: float, now: float | None = None) -> int:
@@ -221,7 +221,7 @@ class FeedbackStore:
         number dropped. What is in force, or may be again, stays."""
         cutoff = (time.time() if now is None else now) - retention_days * 86400.0
         self._ensure_schema()
-        with self._connect() as db:
+        with self.connection() as db:
             return db.execute(
                 "DELETE FROM feedback WHERE (expires_at IS NOT NULL AND expires_at < :cutoff)"
                 " OR EXISTS (SELECT 1 FROM feedback AS newer WHERE newer.template = feedback.template"
@@ -230,13 +230,6 @@ class FeedbackStore:
                 " OR (feedback.expires_at IS NOT NULL AND newer.expires_at >= feedback.expires_at)))",
                 {"cutoff": cutoff},
             ).rowcount
-
-    def incident(self, dedup_key: str) -> Group | None:
-        """The alert group with this fingerprint, when this file is also the alert outbox."""
-        from logstream.alerts.outbox import find_incident  # pydantic and the routes: only here
-
-        with self._connect() as db:
-            return find_incident(db, dedup_key)
 
     def close(self) -> None:
         """Nothing to release (no operation keeps a connection); callers may still scope the

@@ -190,12 +190,20 @@ def _one(
     return dataclasses.replace(base, template=template, line=line, model=model)
 
 
+def incident(store: FeedbackStore, dedup_key: str) -> Group | None:
+    """The alert group with this fingerprint, when the store's file is also the alert outbox."""
+    from logstream.alerts.outbox import find_incident  # pydantic and the routes: only here
+
+    with store.connection() as db:
+        return find_incident(db, dedup_key)
+
+
 def _from_group(
     target: Target, store: FeedbackStore, normalizer: Normalizer | None
 ) -> list[tuple[str, str, str]]:
     """(template, line, model) of the group's template(s) the target chooses."""
     assert target.fingerprint is not None
-    group = store.incident(target.fingerprint)
+    group = incident(store, target.fingerprint)
     if group is None:
         raise FeedbackError(f"fingerprint {target.fingerprint}: no such alert in {store.path}")
     found, unlisted = group_templates(group, normalizer)

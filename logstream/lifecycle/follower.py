@@ -36,9 +36,9 @@ import numpy as np
 import structlog
 
 from logstream.detector import Detector
+from logstream.engine.metadata import ModelDirError, one_line
 from logstream.errors import UserError
 from logstream.lifecycle import model_store
-from logstream.lifecycle.metadata import ModelDirError, one_line
 from logstream.metrics import MODEL_FALLBACK, MODEL_LOAD_FAILURES
 from logstream.records import LogRecord
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from logstream.engine.metadata import VERSIONS, content_sha256
 from logstream.errors import UserError
-from logstream.lifecycle.metadata import VERSIONS, content_sha256
 
 LIVE = "live.jsonl"
 LINEAGE = "lineage.json"
