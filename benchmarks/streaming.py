@@ -1,4 +1,4 @@
-"""Reproduce the CPU sections of docs/benchmarks.md: the full `logstream bench` suite, then the
+"""Reproduce the CPU sections of docs/benchmarks.md: the full suite (`suite.py`), then the
 constant-cost section over a 1M-line stream.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/streaming.py [--out docs] [--stream-lines 1000000]

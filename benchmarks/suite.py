@@ -1,7 +1,10 @@
-"""`logstream bench`: the project's claims as numbers, side by side in one run (docs/benchmarks.md).
+"""The project's speed and memory claims as numbers, side by side in one run (docs/benchmarks.md).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/suite.py [--quick] [--only table] [--json]
+        [--stream-lines 200000] [--threads 1] [--runs runs/bench] [--plots docs]
 
 It lives in benchmarks/, not in the package: peer detectors, memory probes and plots are no
-part of scoring. `logstream bench` (a thin command) and `benchmarks/streaming.py` run it.
+part of scoring. `benchmarks/streaming.py` runs it with the sizes docs/benchmarks.md uses.
 
 Sections (each a function returning a JSON-able dict):
 - table:     the StreamingLLM table on one long log stream: dense attention with recompute,
@@ -25,12 +28,14 @@ as in serving. Memory is the process's resident set sampled every few millisecon
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import hashlib
 import itertools
 import json
 import math
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -1062,3 +1067,34 @@ def write_plots(results: dict[str, Any], directory: Path) -> list[Path]:
         ax.legend(fontsize=8)
         save(fig, "bench_sink_ablation.png")
     return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, under 2 minutes)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON (last line)")
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
+    )
+    parser.add_argument(
+        "--stream-lines", type=int, help="length of the constant-cost stream (full run: 200000)"
+    )
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default 1)")
+    parser.add_argument("--runs", type=Path, default=Path("runs/bench"), help="cache of the models it trains")
+    parser.add_argument("--plots", type=Path, help="write PNG plots into this folder")
+    args = parser.parse_args()
+    config = with_overrides(
+        QUICK if args.quick else FULL, stream_lines=args.stream_lines, threads=args.threads
+    )
+    sections = tuple(s for s in SECTIONS if not args.only or s in args.only)
+    run = BenchRun(config=config, sections=sections, runs=args.runs, plots=args.plots)
+    results = run_bench(run, progress=lambda name: print(f"bench: {name}", file=sys.stderr, flush=True))
+    print(render(results), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,9 @@
 """logstream: anomaly detection on logs with a small language model.
 
 Commands: train (a model on normal logs), replay (backtest a file), tail (follow files or
-stdin live), serve (live from Kafka), demo (the embedded example), bench (the benchmarks);
-alerts (routes, delivery, silences), feedback (mark alerts normal or confirmed) and models
-(versions: add, list, promote, rollback) have subcommands.
+stdin live), serve (live from Kafka), demo (the embedded example); alerts (routes, delivery,
+silences), feedback (mark alerts normal or confirmed), models (versions: add, list, promote,
+rollback) and incidents (past incidents: search, show, resolve) have subcommands.
 
 Errors a user can fix are one line on stderr and exit code 2, never a traceback.
 """
@@ -876,49 +876,6 @@ def demo_command(
         seed=0, max_steps=max_steps, false_alarm_rate=None,
         threshold=None, alerts=None, deliver=False,
     )  # fmt: skip
-
-
-@app.command("bench")
-def bench_command(
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes (CI smoke run, < 2 minutes).")] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the results as JSON (last line).")
-    ] = False,
-    only: Annotated[
-        list[str] | None,
-        typer.Option(help="Run only this section (repeatable): table, constant, streams, ablation, peers."),
-    ] = None,
-    stream_lines: Annotated[
-        int | None, typer.Option(min=100, help="Length of the constant-cost stream (full run: 200000).")
-    ] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch intra-op threads (default 1).")] = None,
-    runs: Annotated[Path, typer.Option(help="Cache of the models the benchmark trains.")] = Path(
-        "runs/bench"
-    ),
-    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")] = None,
-) -> None:
-    """The benchmarks of docs/benchmarks.md: StreamingLLM table, constant cost, many streams, sinks, peers."""
-    import importlib
-
-    # The suite (peer detectors, plots) is no part of the package: it is benchmarks/suite.py of
-    # a source checkout, beside this package's folder; its scripts import each other by name.
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    if not (folder / "suite.py").is_file():
-        raise fail(f"bench: runs benchmarks/suite.py of a source checkout; there is none at {folder}")
-    sys.path.insert(0, str(folder))
-    suite = importlib.import_module("suite")
-    unknown = sorted(set(only or ()) - set(suite.SECTIONS))
-    if unknown:
-        raise fail(f"--only: unknown section {unknown[0]!r}; expected one of {', '.join(suite.SECTIONS)}")
-    config = suite.with_overrides(
-        suite.QUICK if quick else suite.FULL, stream_lines=stream_lines, threads=threads
-    )
-    sections = tuple(s for s in suite.SECTIONS if not only or s in only)
-    run = suite.BenchRun(config=config, sections=sections, runs=runs, plots=plots)
-    results = suite.run_bench(run, progress=lambda name: err.print(f"bench: {name}", highlight=False))
-    (err if json_output else Console(width=250)).print(suite.render(results), highlight=False, markup=False)
-    if json_output:
-        sys.stdout.write(json.dumps(results) + "\n")
 
 
 def main() -> None:
