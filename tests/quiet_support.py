@@ -1,4 +1,5 @@
-"""Syslog lines of regular sources, for the quiet-source tests (test_quiet, test_kafka_serve)."""
+"""Syslog lines of regular sources, for the quiet-source tests (tests/scoring/test_quiet.py,
+tests/test_serve.py)."""
 
 from __future__ import annotations
 

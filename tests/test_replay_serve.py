@@ -8,7 +8,7 @@ What may differ, by design: serve scores whatever Kafka hands it in batches (so 
 float score may differ in the last digits), its clock is the wall clock (replay's is the log's
 own), and its alerts carry topic/partition@offset where replay's carry path:line. Online
 refits of the tail happen line by line, so batching does not move them either
-(tests/test_calibrated_scores.py checks that across refits).
+(tests/scoring/test_calibration.py checks that across refits).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from alerts_support import webhook, write_routes
 from http_receivers import Receiver
 from kafka_broker import KafkaBroker, produce
-from test_kafka_serve import Serve, fully_committed, new_topic, read_jsonl, wait_for
+from serve_support import Serve, fully_committed, new_topic, read_jsonl, wait_for
 
 from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 

@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from alerts_support import webhook, write_routes
 from kafka_broker import KafkaBroker, committed_offsets, create_topic, end_offsets, free_port, produce
-from test_kafka_serve import ODD_LINE, WAIT_S, Serve, fully_committed, new_topic, normal_lines, wait_for
+from serve_support import ODD_LINE, WAIT_S, Serve, fully_committed, new_topic, normal_lines, wait_for
 
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import JsonlSink
@@ -48,7 +48,7 @@ JSON_INPUT = {"format": "json", "stream_key": "json_field", "stream_field": "hos
 def test_deeply_nested_json_message_is_rejected_and_serve_keeps_consuming(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """H1: a 60 KB `[[[...]]]` message (a RecursionError in json) is one bad_json reject,
+    """A 60 KB `[[[...]]]` message (a RecursionError in json) is one bad_json reject,
     dead-lettered; the lines after it are scored and everything is committed."""
     topic, group = new_topic(kafka_broker, partitions=1)
     dead = f"{topic}-dead"
@@ -72,7 +72,7 @@ def test_deeply_nested_json_message_is_rejected_and_serve_keeps_consuming(
 def test_backtracking_stream_regex_does_not_stall_serve(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """M3: with stream_regex `(a+)+$`, a 47-byte line that makes Python's re backtrack for hours
+    """With stream_regex `(a+)+$`, a 47-byte line that makes Python's re backtrack for hours
     is matched (RE2), the lines after it are scored, and SIGTERM exits cleanly."""
     topic, group = new_topic(kafka_broker, partitions=1)
     messages: list[tuple[bytes | None, bytes | None]] = list(normal_lines(10, seed=32))
@@ -112,7 +112,7 @@ async def _set_max_message_bytes(bootstrap: str, name: str, max_message_bytes: i
 def test_failed_dead_letter_copy_holds_the_partition_until_the_copy_succeeds(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """M6: while the dead-letter topic refuses a bad message's copy (too large for it), the
+    """While the dead-letter topic refuses a bad message's copy (too large for it), the
     partition's committed offset stays at that message, through retries; once the topic takes
     it, the copy is made first and then everything is committed. Nothing is lost."""
     topic, group = new_topic(kafka_broker, partitions=1)
@@ -137,7 +137,9 @@ def test_failed_dead_letter_copy_holds_the_partition_until_the_copy_succeeds(
     assert committed() == poison_offset
     assert serve.metric("logstream_lines_total") == 10
     asyncio.run(_set_max_message_bytes(kafka_broker.bootstrap, dead, 1_048_576))
-    wait_for(lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed after the fix")
+    wait_for(
+        lambda: fully_committed(kafka_broker, group, topic, 1), "everything committed once the topic takes it"
+    )
     assert asyncio.run(end_offsets(kafka_broker.bootstrap, dead, [0]))[0] == 1
     assert serve.metric("logstream_dead_letters_total") == 1
     assert serve.metric("logstream_bad_records_total", kind="bad_json") == 1
@@ -149,7 +151,7 @@ def test_failed_dead_letter_copy_holds_the_partition_until_the_copy_succeeds(
 def test_stream_tracker_is_capped_and_counts_evictions(
     kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:
-    """M4: 40 distinct stream keys with max_tracked_streams 8 leave 8 tracked and 32 evicted."""
+    """40 distinct stream keys with max_tracked_streams 8 leave 8 tracked and 32 evicted."""
     topic, group = new_topic(kafka_broker, partitions=1)
     lines = normal_lines(40, seed=34)
     messages = [(f"key-{i}".encode(), value) for i, (_, value) in enumerate(lines)]

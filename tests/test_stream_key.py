@@ -4,20 +4,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import logstream
 
 from logstream.evaluation.synth import STREAM_KEY, generate_lines
-
-
-def logstream(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "logstream.cli", *map(str, args)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
