@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provide a real Alertmanager for tests/test_alerts_alertmanager.py, in the git-ignored
+# Provide a real Alertmanager for tests/alerts/test_alertmanager.py, in the git-ignored
 # .cache/alertmanager (nothing installed system-wide).
 #
 # Alertmanager ships in Debian's `prometheus-alertmanager` package. Installing the package

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's `chromium` for the HTML report test (tests/test_report_browser.py opens the
+# Install Debian's `chromium` for the HTML report test (tests/report/test_html.py opens the
 # report headless, dumps its DOM and takes a screenshot). Idempotent: does nothing when a
 # chromium binary is already on PATH. Needs root (CI containers are) and the Debian apt sources.
 set -euo pipefail

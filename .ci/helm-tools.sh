@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the pinned tools that tests/test_chart.py needs into the git-ignored .tools/:
+# Install the pinned tools that tests/chart/ needs into the git-ignored .tools/:
 #   .tools/bin/helm, .tools/bin/kubeconform       built with `go install` from the Go module proxy
 #   .tools/schemas/kubernetes/<v>-local-strict/   Kubernetes JSON schemas (PyPI: kubernetes-validate),
 #                                                 rewritten to resolve on disk
@@ -16,7 +16,7 @@ set -euo pipefail
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
 KUBERNETES_VALIDATE_VERSION=1.37.0 # ships the schemas of Kubernetes 1.25 .. 1.37
-KUBERNETES_VERSION=v1.33.0         # tests/test_chart.py renders and validates for this version
+KUBERNETES_VERSION=v1.33.0         # tests/chart/ renders and validates for this version
 KEDA_VERSION=v2.21.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The hashes of what the pins above fetch. A new version needs its hash here: for a Go module,
@@ -114,7 +114,7 @@ if ! fresh crd-schemas "$CRD_PIN" || [ ! -d "$CRD_SCHEMAS" ]; then
     stamp crd-schemas "$CRD_PIN"
 fi
 
-# tests/test_chart.py reads the Kubernetes version to validate against from here.
+# tests/chart/ reads the Kubernetes version to validate against from here.
 printf '%s' "$KUBERNETES_VERSION" >"$TOOLS/schemas/kubernetes-version"
 echo "helm-tools: ready: helm $("$TOOLS/bin/helm" version --short), kubeconform $("$TOOLS/bin/kubeconform" -v)," \
     "Kubernetes $KUBERNETES_VERSION schemas"

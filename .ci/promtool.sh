@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install promtool into the git-ignored .tools/bin, for the chart's PrometheusRule tests
-# (`promtool check rules`, `promtool test rules` in tests/test_chart.py).
+# (`promtool check rules`, `promtool test rules` in tests/chart/).
 #
 # promtool ships in Debian's `prometheus` package. Installing that package would pull a web UI's
 # JavaScript dependencies and a server with a systemd unit, so this only downloads the .deb

@@ -44,7 +44,7 @@ answered 2xx:
 
     .venv/bin/python benchmarks/chaos.py [--seconds 180] [--rate 20] [--kills 6] [--seed 1] [--model DIR]
 
-tests/test_chaos.py runs a short variant in CI. The last stdout line is the report as JSON.
+tests/benchmarks/test_chaos.py runs a short variant in CI. The last stdout line is the report as JSON.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ async def produce_steadily(
 
 
 def failing_script(rng: random.Random, failure_rate: float) -> Callable[[Received, int], Action]:
-    """Seeded. The first attempt of each page fails, going round 500, 429 + Retry-After, a hang
+    """Seeded. The first attempt of each page fails, cycling through 500, 429 + Retry-After, a hang
     past the client's timeout and a reset (so each kind happens once four pages have come);
     later attempts fail with `failure_rate`, then 200."""
     lock = threading.Lock()

@@ -19,7 +19,7 @@ lines): the job's fetch and transform steps and the monitor's heartbeat. Then:
 
 Each scores the same 3,000 post-deploy lines with three incidents of each synthetic kind:
 false alarms per 10k normal lines, and which incident kinds are still caught (incident lines
-over the threshold / incident lines). False-alarm rate 5e-3, as tests/test_detection.py.
+over the threshold / incident lines). False-alarm rate 5e-3, as tests/evaluation/test_detection.py.
 The last stdout line is JSON.
 """
 

@@ -147,11 +147,11 @@ fi
 (cd /tmp && "$PY" -c "import logstream.engine.streaming as e; print('logstream from', e.__file__)")
 
 limit=$((TOTAL_S - SECONDS - 200 < PYTEST_S ? TOTAL_S - SECONDS - 200 : PYTEST_S))
-step "tests/test_kernels_gpu.py (limit ${limit}s)"
+step "tests/engine/kernels/test_gpu.py (limit ${limit}s)"
 # pytest-xdist, where the image has it: Triton compiles each test's kernels on the CPU cores.
 parallel=()
 (cd /tmp && "$PY" -c "import xdist" 2>/dev/null) && [[ $MODE == device ]] && parallel=(-n 4)
-timeout "$limit" "$PY" -m pytest tests/test_kernels_gpu.py -v -rs --noconftest -p no:cacheprovider \
+timeout "$limit" "$PY" -m pytest tests/engine/kernels/test_gpu.py -v -rs --noconftest -p no:cacheprovider \
   "${parallel[@]}" --junitxml="$OUT/pytest.xml" -o junit_family=xunit2
 rc=$?
 [[ $rc == 0 ]] || failed+=("pytest:rc=$rc")

@@ -2,7 +2,7 @@
 
 tiny preset, window 128, 1,000 steps on 4,000 clean lines of the synthetic system
 (`logstream.evaluation.synth`, seed 1): good enough to catch every synthetic incident kind
-(tests/test_detection.py), about a minute on 2 cores. Training is deterministic, so every
+(tests/evaluation/test_detection.py), about a minute on 2 cores. Training is deterministic, so every
 caller gets the same weights.
 """
 

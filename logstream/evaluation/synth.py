@@ -149,7 +149,7 @@ def generate_lines(
 
 # A release that rewords 3 of the system's 8 templates (37.5% of them, about 17% of the
 # lines): the job's fetch and transform steps and the monitor's heartbeat say the same things
-# in new words. benchmarks/format_change.py and tests/test_retrain.py simulate a deploy with it.
+# in new words. benchmarks/format_change.py and tests/lifecycle/test_retrain.py simulate a deploy with it.
 FORMAT_CHANGE = (
     (re.compile(r"step fetch rows=(\d+)"), r"fetch complete, \1 rows read"),
     (re.compile(r"step transform partitions=(\d+)"), r"transform complete over \1 partitions"),

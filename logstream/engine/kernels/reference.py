@@ -51,7 +51,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """x * cos + rotate_half(x) * sin; cos/sin broadcast against x [..., D].
 
     `addcmul` adds the second product as it makes it: one pass and one temporary fewer, 1-4% of a
-    CPU step (docs/benchmarks.md, stop 42)."""
+    CPU step (docs/benchmarks.md)."""
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     return torch.addcmul(x.float() * cos, rotated.float(), sin).to(x.dtype)
