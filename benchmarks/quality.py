@@ -40,7 +40,7 @@ import pickle
 import shutil
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +56,7 @@ from logstream.evaluation.traces import traces
 from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
 from logstream.lifecycle.train import TrainConfig, heldout_split, save, train
 from logstream.records import LogRecord, Stream
-from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout
+from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout, fit_sessions
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
 from logstream.scoring.levels import DEFAULT_FAILURE_WORDS
@@ -375,7 +375,7 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
     """Each choice's metrics on `case`. The scorer runs once per line top k, rate and vocabulary
     (the online tail depends on nothing else) with no priors; each prior set then applies to
     its output as `Calibration.line_score` adds it. A session's tail is fitted on scores that
-    hold the priors, so sessions fit it again per prior set (`fit_heldout`)."""
+    hold the priors, so sessions fit it again per prior set (`fit_sessions`)."""
     labels = np.array(case.labels)
     results: list[dict[str, float]] = [{} for _ in choices]
     keys = defaultdict(list)
@@ -389,8 +389,8 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
             )
         ].append(i)
     zero = {"prior_warning": 0.0, "prior_error": 0.0, "prior_critical": 0.0}
-    heldout: dict[str, list[HeldOut]] = {}
-    fitted: dict[tuple, Calibration] = {}  # the session tail depends on the vocabulary and priors alone
+    heldout: dict[str, list[HeldOut]] = {}  # held-out sessions, by vocabulary
+    fitted: dict[tuple, Calibration] = {}
     for (top_k, rate, vocabulary, refit), members in keys.items():
         base = {"line_top_k": top_k, "false_alarm_rate": rate, "vocabulary": vocabulary, "refit_every": refit}
         config = scoring_config(base | zero, case.sessions)
@@ -415,10 +415,11 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
                 results[i] = evaluate(values, (values > threshold) | (critical & (level == 3)), labels)
                 continue
             if vocabulary not in heldout:
-                heldout[vocabulary] = heldout_of(config, outputs)
+                heldout[vocabulary] = [s for s in heldout_of(config, outputs) if s.end is not None]
             key = (vocabulary, *priors)
-            if key not in fitted:
-                fitted[key] = fit_heldout(scoring_config(choices[i], True), heldout[vocabulary])
+            if key not in fitted:  # the line and end tails hold; the session tail sees the priors
+                fitted[key] = replace(calibration, config=scoring_config(choices[i], True))
+                fit_sessions(fitted[key], heldout[vocabulary])
             session = fitted[key]
             worst = (top + priors).max(axis=1)
             values = np.array([
@@ -445,10 +446,10 @@ def choose(per_case: dict[str, list[dict[str, float]]], cases: list[Case], exclu
 
 
 def with_verdicts(
-    case: Case, outputs: Outputs, config: ScoringConfig, critical: bool, k: int, store_path: Path
-) -> Scores:
-    """Scores after an oracle's `k` verdicts, each on the top-ranked group not yet answered,
-    by its lines' majority label, stored as `logstream feedback` stores them."""
+    case: Case, outputs: Outputs, config: ScoringConfig, critical: bool, ks: list[int], store_path: Path
+) -> dict[int, Scores]:
+    """Scores after each of `ks` verdicts of one oracle, each on the top-ranked group not yet
+    answered, by its lines' majority label, stored as `logstream feedback` stores them."""
     store_path.unlink(missing_ok=True)
     store = FeedbackStore(store_path)
     rules = FeedbackRules(store, refresh_seconds=0.0)
@@ -458,8 +459,8 @@ def with_verdicts(
         config, outputs
     )  # verdicts act through the scorer; the calibration is the model's
     scores = score(calibration, outputs, case.sessions, rules, critical)
-    given = 0
-    while given < k:
+    out, given = {0: scores}, 0
+    while given < max(ks):
         best: dict[str, float] = {}
         votes: dict[str, Counter] = defaultdict(Counter)
         for item, templates in enumerate(scores.templates):
@@ -479,8 +480,9 @@ def with_verdicts(
             continue
         given += 1
         scores = score(calibration, outputs, case.sessions, rules, critical)
+        out[given] = scores
     store.close()
-    return scores
+    return {k: out[min(k, given)] for k in ks}  # fewer groups than k: all of them answered
 
 
 # -- a source that stops logging ------------------------------------------------------------
@@ -594,10 +596,10 @@ def main() -> None:
         row: dict[str, dict] = {"constants": held_out}
         config = scoring_config(held_out, case.sessions)
         threshold = Calibration(config=config).threshold()
-        for k in verdicts:
-            s = with_verdicts(
-                case, outputs[case.name], config, held_out["critical_alerts"], k, args.out / "verdicts.sqlite"
-            )
+        after = with_verdicts(
+            case, outputs[case.name], config, held_out["critical_alerts"], verdicts, args.out / "verdicts.sqlite"
+        )
+        for k, s in after.items():
             row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, threshold)
         if not case.sessions:
             row["stopped source"] = stopped_source(case)

@@ -41,6 +41,7 @@ from logstream.errors import UserError
 from logstream.records import Stream
 from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
 from logstream.scoring.config import ScoringConfig
+from logstream.scoring.gpd import MIN_SAMPLES
 from logstream.scoring.quiet import learn_baseline
 from logstream.text.normalize import Normalizer
 from logstream.text.patterns import MAX_TEMPLATES, mine, pattern_prompt
@@ -48,6 +49,8 @@ from logstream.text.patterns import MAX_TEMPLATES, mine, pattern_prompt
 MIN_WINDOW = 64
 AUTO_SMALL_LINES = 50_000  # preset "auto": tiny below this many baseline lines, small from it
 MIN_HELDOUT_LINES = 300  # small baselines hold out more (up to 30%), so the tail fit has data
+# ... and baselines of few sessions hold out enough of them for the end and session tails
+MIN_HELDOUT_SESSIONS = 2 * MIN_SAMPLES
 WINDOWS_PER_BASELINE = 64  # the window shrinks until the baseline holds this many of them
 
 
@@ -141,10 +144,11 @@ def split_heldout(streams: list[Stream], fraction: float) -> tuple[list[Stream],
 
 def heldout_split(streams: list[Stream], config: TrainConfig) -> tuple[list[Stream], list[Stream]]:
     """(train, held-out) as `train` splits them: `heldout_fraction`, but at least
-    MIN_HELDOUT_LINES lines (up to 30%) for small baselines."""
+    MIN_HELDOUT_LINES lines and MIN_HELDOUT_SESSIONS sessions (up to 30%) for small baselines."""
     total = sum(len(s.lines) for s in streams)
-    fraction = max(config.heldout_fraction, min(0.3, MIN_HELDOUT_LINES / max(total, 1)))
-    return split_heldout(streams, fraction)
+    sessions = sum(s.ended for s in streams)
+    wanted = max(MIN_HELDOUT_LINES / max(total, 1), MIN_HELDOUT_SESSIONS / sessions if sessions else 0.0)
+    return split_heldout(streams, max(config.heldout_fraction, min(0.3, wanted)))
 
 
 Example = tuple[list[int], list[int], list[float]]  # token ids, line index per token, weight per token

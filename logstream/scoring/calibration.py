@@ -68,7 +68,8 @@ class Calibration:
         return (tail.score(surprisal) if tail is not None else surprisal) + self.config.prior(level)
 
     def end_score(self, nll: float) -> float:
-        return self.end.score(nll) if self.end is not None else nll
+        """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""
+        return self.end.score(nll) if self.end is not None else 0.0
 
     def session_score(self, line_scores: list[float], end_score: float | None) -> float:
         """The tail score of the session's worst line or end score."""
@@ -171,14 +172,7 @@ def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
         [t for s in kept for t in s.templates],
         [s.end for s in kept if s.end is not None],
     )
-    worst = [
-        session_worst(
-            [calibration.line_score(x, level) for x, level in zip(s.surprisal, s.levels, strict=True)],
-            calibration.end_score(s.end) if s.end is not None else None,
-        )
-        for s in sessions
-    ]
-    fit_sessions(calibration, worst)
+    fit_sessions(calibration, sessions)
     return calibration
 
 
@@ -195,7 +189,15 @@ def incident_sessions(worst_surprisal: list[float]) -> set[int]:
     return {int(k) for k in order[len(worst_surprisal) - dropped :]}
 
 
-def fit_sessions(calibration: Calibration, worst: list[float]) -> None:
-    """Fit the session tail on held-out sessions' worst line or end scores."""
+def fit_sessions(calibration: Calibration, sessions: list[HeldOut]) -> None:
+    """Fit the session tail on held-out sessions' worst line or end scores, as `calibration`
+    (its line and end tails, its config's level priors) scores them."""
+    worst = [
+        session_worst(
+            [calibration.line_score(x, level) for x, level in zip(s.surprisal, s.levels, strict=True)],
+            calibration.end_score(s.end) if s.end is not None else None,
+        )
+        for s in sessions
+    ]
     calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)
     calibration.heldout_sessions = len(worst) if calibration.session else 0
