@@ -59,7 +59,7 @@ from logstream.records import LogRecord, Stream
 from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout, fit_sessions
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
-from logstream.scoring.levels import DEFAULT_FAILURE_WORDS
+from logstream.scoring.levels import GENERIC_FAILURE_WORDS, SPECIFIC_FAILURE_WORDS
 from logstream.scoring.quiet import QuietWatch, learn_baseline, source_of
 from logstream.scoring.scorer import ScoredLine, Scorer
 from logstream.settings import MultilineSettings
@@ -73,14 +73,9 @@ SEED = 0
 # generic words (the default's candidates); and those plus specific failures' words.
 VOCABULARIES: dict[str, dict[str, list[str]]] = {
     "level field": {},
-    "generic": {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()},
-    "generic + specific": {
-        "critical": [*DEFAULT_FAILURE_WORDS["critical"], "oom", "out of memory", "segfault",
-                     "segmentation fault", "core dumped", "kernel bug", "corrupt(?:ed|ion)?", "machine check"],
-        "error": [*DEFAULT_FAILURE_WORDS["error"], "faults?", "faulty", "read-only", "i/o error", "traceback"],
-        "warning": list(DEFAULT_FAILURE_WORDS["warning"]),
-    },
-}  # fmt: skip
+    "generic": {k: list(v) for k, v in GENERIC_FAILURE_WORDS.items()},
+    "generic + specific": {k: [*v, *SPECIFIC_FAILURE_WORDS[k]] for k, v in GENERIC_FAILURE_WORDS.items()},
+}
 # The product's bound on a clean log (false alarms per 1,000 lines): the constants are chosen
 # among those that keep the median log within it
 FALSE_ALARM_BUDGET = 2.0
@@ -597,7 +592,12 @@ def main() -> None:
         config = scoring_config(held_out, case.sessions)
         threshold = Calibration(config=config).threshold()
         after = with_verdicts(
-            case, outputs[case.name], config, held_out["critical_alerts"], verdicts, args.out / "verdicts.sqlite"
+            case,
+            outputs[case.name],
+            config,
+            held_out["critical_alerts"],
+            verdicts,
+            args.out / "verdicts.sqlite",
         )
         for k, s in after.items():
             row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, threshold)

@@ -32,7 +32,7 @@ from logstream.scoring.scorer import ScoredLine, Scorer
 from logstream.text.explain import Explanation, explain_line, line_token_offsets
 from logstream.text.normalize import Normalizer
 
-__all__ = ["Detector", "ScoredLine", "ScoredSession"]
+__all__ = ["Detector", "ScoredLine", "ScoredSession", "Step"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,14 @@ class ScoredSession:
     def worst(self) -> ScoredLine | None:
         """The line (or end) with the highest score: what a session alert shows."""
         return max([*self.lines, *([self.end] if self.end else [])], key=lambda s: s.score, default=None)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one batch of records yields (`Detector.step`)."""
+
+    lines: list[ScoredLine]  # one per record, in order
+    quiet: list[ScoredLine]  # kind "quiet": the sources the batch shows to have stopped logging
 
 
 class Detector:
@@ -209,6 +217,11 @@ class Detector:
             )
         self.engine.drop(stream)
         return scored
+
+    def step(self, records: Sequence[LogRecord], watch: QuietWatch | None) -> Step:
+        """One batch as serve, tail and replay all drive it: its lines scored, then the sources
+        it shows to have stopped logging."""
+        return Step(self.score(records) if records else [], self.quiet_sources(watch, records))
 
     def quiet_sources(self, watch: QuietWatch | None, records: Sequence[LogRecord]) -> list[ScoredLine]:
         """The sources that `records` show to have stopped logging (`logstream.scoring.quiet`), as

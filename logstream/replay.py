@@ -106,29 +106,61 @@ class ReplayOptions:
 
 @dataclass(slots=True)
 class Unit:
-    """What is scored and evaluated: a line (lines format) or a session (sessions format).
+    """What is scored and evaluated: a line (lines format) or a session (sessions format),
+    built on the detector's `ScoredLine` (a session: its most surprising line) with what replay
+    adds: its label, place in the file and model, and the anomaly serve would hand off.
 
     Made per scored item and dropped once counted (`Tally`); only a bounded number is kept
     (the examples of `groups.Grouper`)."""
 
-    stream: str
-    text: str  # the line, or the session's most surprising line
-    score: float  # calibrated, -log10 p
-    threshold: float
+    scored: ScoredLine  # the line as scored (a session: its worst line, or its end)
+    score: float  # calibrated, -log10 p: the line's, or the session's
     label: int | None
     index: int = 0  # item number (lines or sessions read), 0-based; labels are indexed by it
-    surprisal: float = 0.0  # nats, the model alone
-    level: str | None = None
-    novel: bool = False
     chunk: int = 0  # which model scored it (prequential replay)
     line: int = 0  # 1-based line number in the input file, as an editor counts (empty lines too)
     last_line: int = 0  # a multi-line event's last line (else `line`)
-    template: str | None = None  # the template mined for the line when it was scored
-    explanation: Explanation | None = None  # its surprising words (anomalous lines only)
     new_words: tuple[str, ...] = ()  # explained words no earlier line of its stream had (`groups`)
-    event_time: float | None = None  # the log's own time at the start of the line, if it has one
     anomaly: Anomaly | None = None  # what serve would hand to the alerts (Detector.anomaly)
     at: int = 0  # sessions: which of the session's lines `text` is (-1: the session's end)
+
+    @property
+    def stream(self) -> str:
+        return self.scored.record.stream
+
+    @property
+    def text(self) -> str:
+        """The line, or the session's most surprising line."""
+        return self.scored.record.line
+
+    @property
+    def threshold(self) -> float:
+        return self.scored.threshold
+
+    @property
+    def surprisal(self) -> float:
+        return self.scored.surprisal
+
+    @property
+    def level(self) -> str | None:
+        return self.scored.level
+
+    @property
+    def novel(self) -> bool:
+        return self.scored.novel
+
+    @property
+    def template(self) -> str | None:
+        return self.scored.template
+
+    @property
+    def explanation(self) -> Explanation | None:
+        return self.scored.explanation
+
+    @property
+    def event_time(self) -> float | None:
+        """The log's own time at the start of the line, if it has one."""
+        return self.scored.record.timestamp
 
     @property
     def is_anomaly(self) -> bool:
@@ -372,7 +404,8 @@ class _Scorer:
         streams: set[str] = set()
         i = first_index
         for batch in _batched(records, LINE_BATCH):
-            for scored in self.detector.score(batch):
+            step = self.detector.step(batch, self.tally.watch)
+            for scored in step.lines:
                 record = scored.record
                 line = record.offset + 1 if record.offset is not None else i + 1
                 label = int(labels[i]) if labels is not None else None
@@ -380,7 +413,7 @@ class _Scorer:
                 unit.last_line = record.last_offset + 1 if record.last_offset is not None else line
                 self.tally.add(unit)
                 i += 1
-            for quiet in self.detector.quiet_sources(self.tally.watch, batch):
+            for quiet in step.quiet:
                 self.tally.add_quiet(quiet, self.detector.anomaly(quiet))
             streams.update(r.stream for r in batch)
             self.tally.scored_lines += len(batch)
@@ -407,12 +440,14 @@ class _Scorer:
     def _unit(self, scored: ScoredLine, unit: ScoredLine, label: int | None, index: int, line: int) -> Unit:
         """`scored`: the line as scored; `unit`: the same carrying the unit's (session's) score."""
         return Unit(
-            stream=unit.record.stream, text=scored.record.line, score=unit.score,
-            threshold=scored.threshold, label=label, index=index,
-            surprisal=scored.surprisal, level=scored.level, novel=scored.novel, chunk=self.chunk, line=line, template=scored.template,
-            explanation=scored.explanation, event_time=scored.record.timestamp,
+            scored,
+            unit.score,
+            label,
+            index=index,
+            chunk=self.chunk,
+            line=line,
             anomaly=self.detector.anomaly(unit),
-        )  # fmt: skip
+        )
 
 
 def _line_at(session: Session, worst: ScoredLine) -> int:

@@ -296,13 +296,14 @@ class Service:
             self._follow(self.follower)
         records = [r for r in batch.records if not self.book.already_scored(r)]
         started = time.perf_counter()
-        scored = self.book.observe(self.detector.score(records)) if records else []
+        step = self.detector.step(records, self.quiet)
         SCORE_SECONDS.observe(time.perf_counter() - started)
+        scored = self.book.observe(step.lines)
         now = time.monotonic()
         if self.settings.stream_idle_seconds is not None:
             self._track(batch.records, now)
             scored += self._idle_stream_ends(now)
-        self._put(scored + self.detector.quiet_sources(self.quiet, records))
+        self._put(scored + step.quiet)
         if self.quiet is not None:
             QUIET_WATCHED.set(len(self.quiet))
         count_live(scored)

@@ -316,7 +316,8 @@ def _score(
 ) -> None:
     if not batch:
         return
-    anomalies = anomalies_of(detector, context, detector.score(batch) + detector.quiet_sources(watch, batch))
+    step = detector.step(batch, watch)
+    anomalies = anomalies_of(detector, context, step.lines + step.quiet)
     stats.lines += len(batch)
     stats.anomalies += len(anomalies)
     if sink is not None:

@@ -37,11 +37,12 @@ def _replay(model: Path, tmp_path: Path, n: int) -> tuple[int, int, int]:
 
 
 def test_replay_keeps_a_bounded_summary_not_the_lines(synthetic_model_dir: Path, tmp_path: Path) -> None:
-    """Ten times the lines keep no more records and no more units than the groups' examples
-    (the worst and the first EXAMPLES of each pattern and of its anomalies): nothing per line."""
+    """Ten times the lines keep no more units than the groups' examples (the worst and the
+    first EXAMPLES of each pattern and of its anomalies), and no record beyond the line each
+    kept unit was scored from: nothing per line."""
     small = _replay(synthetic_model_dir, tmp_path, 400)
     large = _replay(synthetic_model_dir, tmp_path, 4000)
     for units, records, patterns in (small, large):
-        assert records == 0
+        assert records <= units
         assert units <= 2 * (1 + EXAMPLES) * patterns
     assert large[0] < 4000 // 10

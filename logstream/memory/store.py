@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from logstream.errors import UserError
-from logstream.lifecycle.feedback import EVERY_STREAM, Feedback, FeedbackStore, check, covers, effective
+from logstream.lifecycle.feedback import (
+    EVERY_STREAM,
+    READ_TIMEOUT_SECONDS,
+    Feedback,
+    FeedbackStore,
+    check,
+    covers,
+    effective,
+)
 
 if TYPE_CHECKING:
     from logstream.alerts.grouping import Group
@@ -434,8 +442,12 @@ class IncidentStore:
             return incident
 
     def verdicts(self) -> list[Feedback]:
-        """Every stored verdict, oldest first (none without a feedback database)."""
-        return self.feedback.listed() if self.feedback is not None else []
+        """Every stored verdict, oldest first (none without a feedback database). Read with
+        scoring's short lock wait: an alert never waits on a feedback database that another
+        process holds (it goes out without the verdicts, and the error is counted)."""
+        if self.feedback is None:
+            return []
+        return FeedbackStore(self.feedback.path, timeout=READ_TIMEOUT_SECONDS).listed()
 
     def verdicts_for(self, incident: Incident, now: float | None = None) -> list[Feedback]:
         """What operators said about an incident, in force at `now`, oldest first (`verdicts_on`)."""

@@ -15,6 +15,7 @@ import torch
 
 from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector, ScoredLine
+from logstream.evaluation.metrics import auc_roc
 from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, SyntheticLog, generate_lines
 
 RATE = 1e-2
@@ -46,8 +47,6 @@ def test_normal_lines_stay_quiet(scored: tuple[SyntheticLog, list[ScoredLine]]) 
 
 def test_incidents_rank_above_normal_lines(scored: tuple[SyntheticLog, list[ScoredLine]]) -> None:
     """Incident lines score higher than normal ones overall (AUC-ROC well above chance)."""
-    from logstream.scoring import auc_roc
-
     log, lines = scored
     assert auc_roc(np.array([s.score for s in lines]), np.array(log.labels)) > 0.9
 
@@ -57,7 +56,7 @@ def test_int8_ring_flags_the_same_lines(
 ) -> None:
     """An int8 ring (1/4 of the memory) keeps the lines on their side of the threshold (at
     most 1% may change side), with the fp32 calibration as saved, and moves no
-    line's evidence by 0.1 nats. (Not its score: the online tail refits on the unflagged lines,
+    line's surprisal by 0.1 nats. (Not its score: the online tail refits on the unflagged lines,
     so one line that changes side moves later scores by more than the ring does.)"""
     log, lines = scored
     detector = Detector.load(synthetic_model_dir, device="cpu", false_alarm_rate=RATE, int8_ring=True)
@@ -65,4 +64,4 @@ def test_int8_ring_flags_the_same_lines(
     quantized = detector.score(parse_lines(log.lines, STREAM_KEY))
     changed = sum(a.is_anomaly != b.is_anomaly for a, b in zip(lines, quantized, strict=True))
     assert changed <= 0.01 * len(lines), f"{changed} of {len(lines)} lines changed side"
-    assert max(abs(a.raw - b.raw) for a, b in zip(lines, quantized, strict=True)) < 0.1
+    assert max(abs(a.surprisal - b.surprisal) for a, b in zip(lines, quantized, strict=True)) < 0.1

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from alerts_support import anomaly
 
+from logstream.records import LogRecord
 from logstream.replay import Unit
 from logstream.report.groups import anomaly_groups, group_by_template, mark_new_words
+from logstream.scoring.scorer import ScoredLine
 from logstream.text.explain import Explanation, Word
 
 
@@ -15,10 +17,11 @@ def _unit(line: int, text: str, template: str, score: float, stream: str = "web-
         start = text.index(word)
         explanation = Explanation(text, (Word(word, start, start + len(word), 9.0),), ((text, False),))
     flagged = anomaly(stream=stream, line=text, score=score) if score > 3.0 else None  # over the threshold
-    return Unit(
-        stream=stream, text=text, score=score, threshold=3.0, label=None, line=line, template=template,
-        explanation=explanation, anomaly=flagged,
+    scored = ScoredLine(
+        LogRecord(line=text, stream=stream), score, threshold=3.0, surprisal=0.0, template=template,
+        explanation=explanation,
     )  # fmt: skip
+    return Unit(scored, score, label=None, line=line, anomaly=flagged)
 
 
 def test_a_template_that_generalizes_is_one_group() -> None:
