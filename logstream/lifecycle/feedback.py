@@ -185,9 +185,12 @@ class FeedbackStore:
         self._schema = True
 
     @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A connection of its own, waiting at most `timeout` (default the store's) for a lock."""
         with _sqlite_errors(self.path):
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=self.timeout)
+            db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=self.timeout if timeout is None else timeout
+            )
             try:
                 db.execute("PRAGMA synchronous=FULL")  # a verdict is durable when add returns
                 yield db
@@ -209,10 +212,10 @@ class FeedbackStore:
             )  # fmt: skip
         return dataclasses.replace(feedback, id=cursor.lastrowid, created_at=created_at)
 
-    def listed(self) -> list[Feedback]:
-        """Every verdict, oldest first."""
+    def listed(self, timeout: float | None = None) -> list[Feedback]:
+        """Every verdict, oldest first; `timeout`: the read's wait for a lock, if not the store's."""
         self._ensure_schema()
-        with self.connection() as db:
+        with self.connection(timeout) as db:
             return [Feedback(*row) for row in db.execute(f"SELECT {COLUMNS} FROM feedback ORDER BY id")]
 
     def prune(self, retention_days: float, now: float | None = None) -> int:

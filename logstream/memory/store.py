@@ -454,9 +454,7 @@ class IncidentStore:
         """Every stored verdict, oldest first (none without a feedback database). Read with
         scoring's short lock wait: an alert never waits on a feedback database that another
         process holds (it goes out without the verdicts, and the error is counted)."""
-        if self.feedback is None:
-            return []
-        return FeedbackStore(self.feedback.path, timeout=READ_TIMEOUT_SECONDS).listed()
+        return self.feedback.listed(timeout=READ_TIMEOUT_SECONDS) if self.feedback is not None else []
 
     def verdicts_for(self, incident: Incident, now: float | None = None) -> list[Feedback]:
         """What operators said about an incident, in force at `now`, oldest first (`verdicts_on`)."""
