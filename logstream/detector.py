@@ -28,7 +28,7 @@ from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import surprising_tokens
 from logstream.scoring.quiet import BaselineRhythm, QuietWatch
 from logstream.scoring.rules import OperatorRules
-from logstream.scoring.scorer import ScoredLine, Scorer
+from logstream.scoring.scorer import ScoredLine, Scorer, session_evidence
 from logstream.text.explain import Explanation, explain_line, line_token_offsets
 from logstream.text.normalize import Normalizer
 
@@ -46,8 +46,11 @@ class ScoredSession:
 
     @property
     def worst(self) -> ScoredLine | None:
-        """The line (or end) with the highest score: what a session alert shows."""
-        return max([*self.lines, *([self.end] if self.end else [])], key=lambda s: s.score, default=None)
+        """What a session alert shows: a line an operator confirmed as an anomaly, else the
+        line (or end) with the highest score among those not marked normal."""
+        every = [*self.lines, *([self.end] if self.end else [])]
+        confirmed = [s for s in every if s.verdict == "anomaly"]
+        return max(confirmed or every, key=lambda s: (s.verdict != "normal", s.score), default=None)
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,7 @@ class Detector:
         for stream in streams:
             lines = by_stream[stream.name]
             end = self.close(stream.name, end=ends if stream.ended else False)
-            score = self.calibration.session_score([s.score for s in lines], end.score if end else None)
+            score = self.calibration.session_score(session_evidence(lines), end.score if end else None)
             out.append(ScoredSession(stream.name, lines, end, score))
         return out
 

@@ -15,7 +15,7 @@ from logstream.lifecycle.train import AUTO_SMALL_LINES, TrainConfig
 from logstream.scoring.config import DEFAULT_FALSE_ALARM_RATE
 from logstream.scoring.evidence import LINE_TOP_K
 
-# "Default: 2048", "Default: the model's (0.0003)", "Default: 3, and ..."
+# "Default: 2048", "Default: the model's (0.001)", "Default: 3, and ..."
 DOCUMENTED = re.compile(r"Default: (?:the model's \()?(\d[\d,]*(?:\.\d+)?(?:e-?\d+)?)")
 # Options whose real default is None (decided at run time), and the value their help promises.
 RUN_TIME_DEFAULTS = {

@@ -16,12 +16,20 @@ when its score passes the threshold by CRITICAL_MARGIN orders of magnitude: a li
 100 times rarer than what alerts (`alert_severity`).
 
 Stream ends score the end-of-stream token's NLL against its own tail. A session's score is
-its worst line (or end) score, against the tail of held-out sessions' worst scores.
+its most surprising *stretch*, at every length (a scan statistic): for w = 1, 2, 4, ... lines,
+the session's highest mean line score over w consecutive lines (w = 1: its worst line, or its
+end), each against the tail of held-out sessions' same-length highs; the session takes the
+highest, less log10 of the number of lengths tested (each length is one more chance for a
+normal session to look far out). The worst line alone misses a short run of lines that are
+each a little unusual (a process trace's injected calls) and a mean over the whole session
+dilutes it by the session's length; a stretch of its own length does neither. Lengths go up
+while MIN_SAMPLES held-out sessions are that long, so the data sets them, not a constant.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -52,6 +60,7 @@ class Calibration:
     line: TailFit | None = None  # of the lines' surprisal, nats
     end: TailFit | None = None  # of the end-of-stream NLL, when the model learned stream ends
     session: TailFit | None = None  # of the held-out sessions' worst scores
+    stretches: list[TailFit] = field(default_factory=list)  # of their highest 2, 4, 8, ... line means
     line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
     end_reference: list[float] = field(default_factory=list)
     session_reference: list[float] = field(default_factory=list)
@@ -71,10 +80,17 @@ class Calibration:
         """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""
         return self.end.score(nll) if self.end is not None else 0.0
 
-    def session_score(self, line_scores: list[float], end_score: float | None) -> float:
-        """The tail score of the session's worst line or end score."""
+    def session_score(self, line_scores: Sequence[float], end_score: float | None) -> float:
+        """The tail score of the session's most surprising stretch of lines (the module doc)."""
         worst = session_worst(line_scores, end_score)
-        return self.session.score(worst) if self.session is not None else worst
+        if self.session is None:
+            return worst
+        highs = stretch_highs(line_scores, len(self.stretches))
+        scores = [
+            self.session.score(worst),
+            *(fit.score(x) for fit, x in zip(self.stretches, highs, strict=False)),
+        ]
+        return max(scores) - math.log10(1 + len(self.stretches))
 
     @property
     def learned_stream_ends(self) -> bool:
@@ -85,21 +101,28 @@ class Calibration:
         for name in FITS:
             fit = getattr(self, name)
             out[name] = fit.to_json() if fit is not None else None
+        out["stretches"] = [fit.to_json() for fit in self.stretches]
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> Calibration:
         """A saved calibration; raises ValueError/TypeError/KeyError on bad content."""
-        unknown = set(data) - {*FITS, *REFERENCES, *COUNTS, "config"}
+        unknown = set(data) - {*FITS, *REFERENCES, *COUNTS, "config", "stretches"}
         if unknown:
             raise ValueError(f"unknown calibration fields: {sorted(unknown)}")
         fits = {name: TailFit.from_json(data[name]) if data.get(name) else None for name in FITS}
+        stretches = data.get("stretches", [])  # a model saved without them scores worst lines
+        if not isinstance(stretches, list):
+            raise TypeError(f"stretches: expected a list, got {type(stretches).__name__}")
         references = {name: sorted(finite_list(data.get(name, []), name)) for name in REFERENCES}
         counts = {name: count(data[name], name) for name in COUNTS}
         config = data["config"]
         if not isinstance(config, dict):
             raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
-        return cls(config=ScoringConfig(**config), **fits, **references, **counts)
+        return cls(
+            config=ScoringConfig(**config), stretches=[TailFit.from_json(x) for x in stretches],
+            **fits, **references, **counts,
+        )  # fmt: skip
 
 
 FITS = ("line", "end", "session")
@@ -112,8 +135,21 @@ def alert_severity(score: float, threshold: float) -> str:
     return "critical" if score >= threshold + CRITICAL_MARGIN else "warning"
 
 
-def session_worst(line_scores: list[float], end_score: float | None) -> float:
+def session_worst(line_scores: Sequence[float], end_score: float | None) -> float:
     return max([*line_scores, *([end_score] if end_score is not None else [])], default=0.0)
+
+
+def stretch_highs(line_scores: Sequence[float], lengths: int) -> list[float]:
+    """The highest mean score over 2, 4, 8, ... consecutive lines, for `lengths` lengths; a
+    session shorter than a length has no stretch of it and stops the list there."""
+    sums = np.concatenate([[0.0], np.cumsum(np.asarray(line_scores, dtype=float))])
+    out = []
+    for k in range(1, lengths + 1):
+        w = 2**k
+        if len(sums) - 1 < w:
+            break
+        out.append(float((sums[w:] - sums[:-w]).max() / w))
+    return out
 
 
 def _fit(
@@ -190,14 +226,25 @@ def incident_sessions(worst_surprisal: list[float]) -> set[int]:
 
 
 def fit_sessions(calibration: Calibration, sessions: list[HeldOut]) -> None:
-    """Fit the session tail on held-out sessions' worst line or end scores, as `calibration`
-    (its line and end tails, its config's level priors) scores them."""
-    worst = [
-        session_worst(
-            [calibration.line_score(x, level) for x, level in zip(s.surprisal, s.levels, strict=True)],
-            calibration.end_score(s.end) if s.end is not None else None,
-        )
+    """Fit the session tails on held-out sessions' worst line or end scores and on their
+    highest stretches, as `calibration` (its line and end tails, its config's level priors)
+    scores them; a length is fitted while at least MIN_SAMPLES sessions are that long."""
+    lines = [
+        [calibration.line_score(x, level) for x, level in zip(s.surprisal, s.levels, strict=True)]
         for s in sessions
+    ]
+    worst = [
+        session_worst(scores, calibration.end_score(s.end) if s.end is not None else None)
+        for scores, s in zip(lines, sessions, strict=True)
     ]
     calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)
     calibration.heldout_sessions = len(worst) if calibration.session else 0
+    calibration.stretches = []
+    longest = max(map(len, lines), default=0)
+    highs = [stretch_highs(scores, longest.bit_length()) for scores in lines]
+    for k in range(longest.bit_length()):
+        sample = [h[k] for h in highs if len(h) > k]
+        fit = _fit(sample, SESSION_OUTLIER_SHARE)[0] if calibration.session is not None else None
+        if fit is None:
+            break
+        calibration.stretches.append(fit)

@@ -17,7 +17,7 @@ from logstream.scoring.levels import (
 # 10 ** prior): chosen leave one log out on benchmarks/quality.py's dev suite (docs/quality.md).
 DEFAULT_LEVEL_PRIOR = {"warning": 0.0, "error": 1.5, "critical": 3.0}
 # The default sensitivity: alerts above score -log10(rate); chosen the same way.
-DEFAULT_FALSE_ALARM_RATE = 3e-4
+DEFAULT_FALSE_ALARM_RATE = 1e-3
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,9 @@ class Scorer:
                 self.online.observe(surprisal, beyond, rate)
             out.append(line)
         return out
+
+
+def session_evidence(lines: Sequence[ScoredLine]) -> list[float]:
+    """The lines' scores as a session's evidence: a line whose template an operator marked
+    normal counts as no evidence (0), so the verdict moves every session it is in."""
+    return [0.0 if s.verdict == "normal" else s.score for s in lines]

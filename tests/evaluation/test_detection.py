@@ -2,7 +2,7 @@
 threshold, and normal lines stay quiet (at about the calibrated false-alarm rate).
 
 The detector runs at a false-alarm rate of 1e-2 (score threshold 2.0): a broken order is one
-surprising token, which the quieter default (3e-4) misses on this small system, and at 5e-3
+surprising token, which the quieter default (1e-3) misses on this small system, and at 5e-3
 (threshold 2.3) its lines score 1.9-2.2, under the threshold."""
 
 from __future__ import annotations
