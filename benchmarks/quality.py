@@ -56,7 +56,14 @@ from logstream.evaluation.traces import traces
 from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
 from logstream.lifecycle.train import TrainConfig, heldout_split, save, train
 from logstream.records import LogRecord, Stream
-from logstream.scoring.calibration import CRITICAL_MARGIN, Calibration, HeldOut, fit_heldout, fit_sessions
+from logstream.scoring.calibration import (
+    CRITICAL_MARGIN,
+    Calibration,
+    HeldOut,
+    fit_heldout,
+    fit_sessions,
+    normal_sessions,
+)
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
 from logstream.scoring.levels import GENERIC_FAILURE_WORDS, SPECIFIC_FAILURE_WORDS
@@ -413,7 +420,7 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
                 results[i] = evaluate(values, (values > threshold) | (critical & (level == 3)), labels)
                 continue
             if vocabulary not in heldout:
-                heldout[vocabulary] = [s for s in heldout_of(config, outputs) if s.end is not None]
+                heldout[vocabulary] = normal_sessions(heldout_of(config, outputs))
             key = (vocabulary, *priors)
             if key not in fitted:  # the line and end tails hold; the session tails see the priors
                 fitted[key] = replace(calibration, config=scoring_config(choices[i], True))

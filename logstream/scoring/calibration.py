@@ -197,27 +197,34 @@ class HeldOut:
 
 def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
     """The calibration of held-out baseline streams: the line and end tails from their lines'
-    surprisal and ends' NLL, less the sessions that look like whole incidents
-    (`incident_sessions`); the session tail from each session's worst score. No labels."""
-    sessions = [s for s in streams if s.end is not None]
-    incidents = incident_sessions([max(s.surprisal, default=0.0) for s in sessions])
-    kept = [s for s in streams if s.end is None] + [s for k, s in enumerate(sessions) if k not in incidents]
+    surprisal and ends' NLL, and the session tails from each session's worst score and
+    stretches, all less the sessions that look like whole incidents (`incident_sessions`).
+    No labels."""
+    normal = normal_sessions(streams)
+    kept = [s for s in streams if s.end is None] + normal
     calibration = fit_calibration(
         config,
         [x for s in kept for x in s.surprisal],
         [t for s in kept for t in s.templates],
         [s.end for s in kept if s.end is not None],
     )
-    fit_sessions(calibration, sessions)
+    fit_sessions(calibration, normal)
     return calibration
+
+
+def normal_sessions(streams: list[HeldOut]) -> list[HeldOut]:
+    """The held-out streams that ended (sessions), less those that look like whole incidents."""
+    sessions = [s for s in streams if s.end is not None]
+    incidents = incident_sessions([max(s.surprisal, default=0.0) for s in sessions])
+    return [s for k, s in enumerate(sessions) if k not in incidents]
 
 
 def incident_sessions(worst_surprisal: list[float]) -> set[int]:
     """The held-out sessions that look like whole incidents: those whose most surprising line a
-    tail of these worst lines drops as outliers (at most SESSION_OUTLIER_SHARE of them). Their
-    lines and ends stay out of the line and end tails: a baseline with a few percent of incident
-    sessions has more incident lines than the line tail's 0.5% cap can tell from rare normal
-    lines, and they would stretch it over every incident like them."""
+    tail of these worst lines drops as outliers (at most SESSION_OUTLIER_SHARE of them). They
+    stay out of every tail: a baseline with a few percent of incident sessions has more
+    incident lines than the line tail's 0.5% cap can tell from rare normal lines, and they
+    would stretch the line tail, and the session tails, over every incident like them."""
     if len(worst_surprisal) < MIN_SAMPLES:
         return set()
     dropped = fit_tail(worst_surprisal, SESSION_OUTLIER_SHARE).outliers

@@ -113,3 +113,23 @@ def test_a_normal_verdict_takes_its_lines_out_of_a_sessions_evidence() -> None:
     assert ScoredSession("s", [*unmarked, confirmed], None, 0.0).worst is confirmed
     shown = ScoredSession("s", marked, None, 0.0).worst
     assert shown is not None and shown.verdict is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incident_sessions_of_the_baseline_stay_out_of_the_session_tails(seed: int) -> None:
+    """4% of the held-out sessions hold an incident line (8-12 nats; HDFS's contaminated
+    baseline): the session tails are fitted on the other 480, as the line tail is, and a
+    new session like the incidents alerts while a normal one stays quiet."""
+    rng = np.random.default_rng(seed)
+    held_out = []
+    for k in range(500):
+        surprisal = session(rng, int(rng.integers(10, 40)))
+        if k % 25 == 0:
+            surprisal[3] = float(rng.uniform(8, 12))
+        held_out.append(HeldOut(surprisal, [None] * len(surprisal), [None] * len(surprisal), end=1.0))
+    fitted = fit_heldout(ScoringConfig(), held_out)
+    assert fitted.heldout_sessions == 480
+    incident = session(rng, 20)
+    incident[5] = 10.0
+    assert fitted.session_score(scores(fitted, incident), fitted.end_score(1.0)) > THRESHOLD
+    assert fitted.session_score(scores(fitted, session(rng, 20)), fitted.end_score(1.0)) < THRESHOLD
