@@ -247,12 +247,11 @@ class Service:
 
     async def _score_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        idle = self.settings.stream_idle_seconds
         while True:
             try:
-                batch = await asyncio.wait_for(self._queue.get(), timeout=idle / 2 if idle else None)
+                batch = await asyncio.wait_for(self._queue.get(), timeout=self._idle_wait())
             except TimeoutError:
-                work = loop.run_in_executor(self._worker, self._close_idle_streams)
+                work = loop.run_in_executor(self._worker, self._idle_tick)
             else:
                 await self._restored.wait()
                 self._coalesce(batch)
@@ -340,9 +339,23 @@ class Service:
             TRACKED_STREAM_EVICTIONS.inc(evicted)
         TRACKED_STREAMS.set(len(self._last_seen))
 
-    def _close_idle_streams(self) -> None:
-        """Worker thread: end streams quiet past stream_idle_seconds (their end scores)."""
-        self._put(self._idle_stream_ends(time.monotonic()))
+    def _idle_wait(self) -> float | None:
+        """How long the scorer waits for a batch before its idle tick: half stream_idle_seconds
+        (to end quiet streams), and the verdicts' refresh period, so that they, their metrics
+        and a locked database's recovery stay current while no line comes (None: no tick)."""
+        idle = self.settings.stream_idle_seconds
+        waits = [idle / 2] if idle else []
+        if self.detector.rules is not None:
+            waits.append(self.settings.feedback.refresh_seconds)
+        return min(waits, default=None)
+
+    def _idle_tick(self) -> None:
+        """Worker thread, while no batch comes: re-read the verdicts if due, and end streams
+        quiet past stream_idle_seconds (their end scores)."""
+        if self.detector.rules is not None:
+            self.detector.rules.refresh()
+        if self.settings.stream_idle_seconds:
+            self._put(self._idle_stream_ends(time.monotonic()))
 
     def _idle_stream_ends(self, now: float) -> list[ScoredLine]:
         assert self.settings.stream_idle_seconds is not None

@@ -31,6 +31,7 @@ from serve_support import ODD_LINE, WAIT_S, Serve, fully_committed, new_topic, n
 from logstream.alerts.pipeline import open_alert_sink
 from logstream.alerts.sink import JsonlSink
 from logstream.detector import Detector
+from logstream.lifecycle.feedback import Feedback, FeedbackRules, FeedbackStore
 from logstream.metrics import Health, serve_http
 from logstream.serve import AuditLog, Service
 from logstream.settings import ServeSettings
@@ -306,3 +307,42 @@ def test_healthz_fails_while_partitions_are_held_and_not_fetched(
         sink.close(grace=0)
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.kafka
+def test_verdicts_are_reread_while_no_line_comes(
+    kafka_broker: KafkaBroker, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """A verdict given while the topic is quiet is in force before the next line comes: the
+    scorer's idle tick re-reads the store every feedback.refresh_seconds, so the rules, their
+    metrics and a locked database's recovery never wait for traffic."""
+    topic, group = new_topic(kafka_broker, partitions=1)
+    settings = ServeSettings(
+        model={"dir": synthetic_model_dir, "threads": 1},
+        kafka={"bootstrap_servers": kafka_broker.bootstrap, "topics": [topic], "group_id": group},
+        sink={"kind": "jsonl", "path": tmp_path / "anomalies.jsonl"},
+        feedback={"database": tmp_path / "feedback.sqlite", "refresh_seconds": 0.5},
+    )
+    store = FeedbackStore(tmp_path / "feedback.sqlite")
+    detector = Detector.load(synthetic_model_dir, rules=FeedbackRules(store, refresh_seconds=0.5))
+    sink = JsonlSink(tmp_path / "anomalies.jsonl")
+    template = "<TS> <HOST> app: cache rebuilt"
+
+    async def quiet_verdict() -> None:
+        service = Service(settings, detector, sink, Health(model_loaded=True))
+        stop = asyncio.Event()
+        running = asyncio.create_task(service.run(stop))
+        try:
+            assert detector.rules is not None and detector.rules.verdict(template, "web-1") is None
+            store.add(Feedback("normal", template, created_by="ops"))
+            await _until(lambda: detector.rules.verdict(template, "web-1") == "normal", "the verdict read")
+        finally:
+            stop.set()
+            await running
+
+    try:
+        asyncio.run(quiet_verdict())
+    finally:
+        sink.close()
+        store.close()
+    assert asyncio.run(end_offsets(kafka_broker.bootstrap, topic, [0])) == {0: 0}  # no line came
