@@ -246,12 +246,11 @@ def fit_sessions(calibration: Calibration, sessions: list[HeldOut]) -> None:
     ]
     calibration.session, calibration.session_reference = _fit(worst, SESSION_OUTLIER_SHARE)
     calibration.heldout_sessions = len(worst) if calibration.session else 0
-    calibration.stretches = []
-    longest = max(map(len, lines), default=0)
-    highs = [stretch_highs(scores, longest.bit_length()) for scores in lines]
-    for k in range(longest.bit_length()):
-        sample = [h[k] for h in highs if len(h) > k]
-        fit = _fit(sample, SESSION_OUTLIER_SHARE)[0] if calibration.session is not None else None
-        if fit is None:
-            break
-        calibration.stretches.append(fit)
+    # 2 ** k lines, for each k up to log2 of the MIN_SAMPLES-th longest session
+    lengths = sorted(map(len, lines))[-MIN_SAMPLES].bit_length() - 1 if len(lines) >= MIN_SAMPLES else 0
+    highs = [stretch_highs(scores, lengths) for scores in lines]
+    calibration.stretches = [
+        fit
+        for k in range(lengths)
+        if (fit := _fit([h[k] for h in highs if len(h) > k], SESSION_OUTLIER_SHARE)[0]) is not None
+    ]
