@@ -91,8 +91,8 @@ LEVEL_COLUMN = {"warning": 1, "error": 2, "critical": 3}  # other levels (none, 
 CHOICES = {
     "line_top_k": (1, 3, 6),
     "false_alarm_rate": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
-    "refit_every": (0, 500),
-    "critical_alerts": (False, True),  # a critical line alerts whatever its score (`Scorer`)
+    "refit_every": (0, 500),  # 0: the line tail refits only on lines marked normal
+    "burst_window": (2, 4, 8, 16),  # lines in which a template's burst is counted (`scoring.bursts`)
     "vocabulary": tuple(VOCABULARIES),
     "prior_warning": (0.0, 0.5, 1.0),
     "prior_error": (0.0, 0.5, 1.0, 1.5, 2.0),
@@ -263,6 +263,7 @@ def scoring_config(choice: dict, sessions: bool) -> ScoringConfig:
         },
         false_alarm_rate=choice["false_alarm_rate"],
         refit_every=choice["refit_every"],
+        burst_window=choice["burst_window"],
         failure_words=VOCABULARIES[choice["vocabulary"]],
     )
 
@@ -301,6 +302,7 @@ class Scores:
     flagged: np.ndarray
     rank: np.ndarray
     templates: list[list[str | None]]  # per item, its lines' templates
+    critical: np.ndarray  # per item, whether its alert would be critical
 
 
 def score(
@@ -308,10 +310,9 @@ def score(
     outputs: Outputs,
     sessions: bool,
     rules: FeedbackRules | None = None,
-    critical_alerts: bool = False,
 ) -> Scores:
-    """The scorer's scores and alerts; `critical_alerts`: a critical line alerts whatever its
-    score, unless its template was marked normal."""
+    """The scorer's scores and alerts (a session alerts as `ScoredSession.worst` makes it: a
+    confirmed or critical line, or its score over the threshold)."""
     scorer = Scorer(calibration, outputs.templates, rules)
     threshold = calibration.threshold()
     streams = _scored(scorer, outputs.scored, threshold)
@@ -319,20 +320,22 @@ def score(
         lines = streams[0]
         values = np.array([x.score for x in lines])
         verdicts = [x.verdict for x in lines]
-        flagged = np.array([x.is_anomaly or (critical_alerts and _critical(x)) for x in lines])
-        return Scores(values, flagged, _rank(values, verdicts), [[x.template] for x in lines])
+        flagged = np.array([x.is_anomaly for x in lines])
+        severe = np.array([x.severity == "critical" for x in lines])
+        return Scores(values, flagged, _rank(values, verdicts), [[x.template] for x in lines], severe)
     values, flagged, verdicts = [], [], []
     for s, lines in zip(outputs.scored, streams, strict=True):
         end = calibration.end_score(s.end) if s.end is not None else None
         value = calibration.session_score(session_evidence(lines), end)
-        confirmed = any(x.verdict == "anomaly" or (critical_alerts and _critical(x)) for x in lines)
+        confirmed = any(x.verdict == "anomaly" or _critical(x) for x in lines)
         values.append(value)
         flagged.append(confirmed or (value > threshold and not all(x.verdict == "normal" for x in lines)))
         verdicts.append("anomaly" if confirmed else None)
     array = np.array(values)
     return Scores(
-        array, np.array(flagged), _rank(array, verdicts), [[x.template for x in lines] for lines in streams]
-    )
+        array, np.array(flagged), _rank(array, verdicts), [[x.template for x in lines] for lines in streams],
+        array >= threshold + CRITICAL_MARGIN,
+    )  # fmt: skip
 
 
 def _critical(line: ScoredLine) -> bool:
@@ -345,13 +348,11 @@ def _rank(values: np.ndarray, verdicts: list[str | None]) -> np.ndarray:
 
 
 def evaluate(
-    scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray, threshold: float | None = None
+    scores: np.ndarray, flagged: np.ndarray, labels: np.ndarray, critical: np.ndarray | None = None
 ) -> dict[str, float]:
     out = {"fa_per_1000": false_alarms_per_1000(flagged, labels)}
-    if threshold is not None:  # criticals among the false alarms (`calibration.alert_severity`)
-        out["critical_fa_per_1000"] = false_alarms_per_1000(
-            flagged & (scores >= threshold + CRITICAL_MARGIN), labels
-        )
+    if critical is not None:  # criticals among the false alarms (`ScoredLine.severity`)
+        out["critical_fa_per_1000"] = false_alarms_per_1000(flagged & critical, labels)
     if labels.sum():
         precision, recall, f1 = precision_recall_f1(flagged.astype(float), labels, 0.5)
         out |= {"auc_pr": auc_pr(scores, labels), "f1": f1, "precision": precision, "recall": recall}
@@ -376,8 +377,8 @@ def grid() -> list[dict]:
 
 
 def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, float]]:
-    """Each choice's metrics on `case`. The scorer runs once per line top k, rate and vocabulary
-    (the online tail depends on nothing else) with no priors; each prior set then applies to
+    """Each choice's metrics on `case`. The scorer runs once per line top k, rate, vocabulary,
+    refit and burst window (sessions have no bursts) with no priors; each prior set then applies to
     its output as `Calibration.line_score` adds it. A session's tail is fitted on scores that
     hold the priors, so sessions fit it again per prior set (`fit_sessions`)."""
     labels = np.array(case.labels)
@@ -390,13 +391,17 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
                 c["false_alarm_rate"],
                 c["vocabulary"],
                 c["refit_every"],
+                c["burst_window"] if not case.sessions else CHOICES["burst_window"][0],
             )
         ].append(i)
     zero = {"prior_warning": 0.0, "prior_error": 0.0, "prior_critical": 0.0}
     heldout: dict[str, list[HeldOut]] = {}  # held-out sessions, by vocabulary
     fitted: dict[tuple, Calibration] = {}
-    for (top_k, rate, vocabulary, refit), members in keys.items():
-        base = {"line_top_k": top_k, "false_alarm_rate": rate, "vocabulary": vocabulary, "refit_every": refit}
+    for (top_k, rate, vocabulary, refit, window), members in keys.items():
+        base = {
+            "line_top_k": top_k, "false_alarm_rate": rate, "vocabulary": vocabulary,
+            "refit_every": refit, "burst_window": window,
+        }  # fmt: skip
         config = scoring_config(base | zero, case.sessions)
         threshold = Calibration(config=config).threshold()
         calibration = calibrate(config, outputs)
@@ -414,10 +419,9 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
             by_priors: dict[tuple, np.ndarray] = {}  # session scores, by prior set
         for i in members:
             priors = np.r_[0.0, [choices[i][f"prior_{name}"] for name in LEVEL_COLUMN]]
-            critical = choices[i]["critical_alerts"]
             if not case.sessions:
                 values = plain + priors[level]
-                results[i] = evaluate(values, (values > threshold) | (critical & (level == 3)), labels)
+                results[i] = evaluate(values, (values > threshold) | (level == 3), labels)
                 continue
             if vocabulary not in heldout:
                 heldout[vocabulary] = normal_sessions(heldout_of(config, outputs))
@@ -432,7 +436,7 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
                     for p, lv, end in zip(plains, levels, ends, strict=True)
                 ])  # fmt: skip
             values = by_priors[key]
-            results[i] = evaluate(values, (values > threshold) | (critical & has_critical), labels)
+            results[i] = evaluate(values, (values > threshold) | has_critical, labels)
     return results
 
 
@@ -452,7 +456,7 @@ def choose(per_case: dict[str, list[dict[str, float]]], cases: list[Case], exclu
 
 
 def with_verdicts(
-    case: Case, outputs: Outputs, config: ScoringConfig, critical: bool, ks: list[int], store_path: Path
+    case: Case, outputs: Outputs, config: ScoringConfig, ks: list[int], store_path: Path
 ) -> dict[int, Scores]:
     """Scores after each of `ks` verdicts of one oracle, each on the top-ranked group not yet
     answered, by its lines' majority label, stored as `logstream feedback` stores them."""
@@ -464,7 +468,7 @@ def with_verdicts(
     calibration = calibrate(
         config, outputs
     )  # verdicts act through the scorer; the calibration is the model's
-    scores = score(calibration, outputs, case.sessions, rules, critical)
+    scores = score(calibration, outputs, case.sessions, rules)
     out, given = {0: scores}, 0
     while given < max(ks):
         best: dict[str, float] = {}
@@ -485,7 +489,7 @@ def with_verdicts(
         except FeedbackError:
             continue
         given += 1
-        scores = score(calibration, outputs, case.sessions, rules, critical)
+        scores = score(calibration, outputs, case.sessions, rules)
         out[given] = scores
     store.close()
     return {k: out[min(k, given)] for k in ks}  # fewer groups than k: all of them answered
@@ -533,7 +537,7 @@ def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
         c = r["constants"]
         constants = (f"k {c['line_top_k']}, rate {c['false_alarm_rate']:g}, {c['vocabulary']}, "
                      f"priors {c['prior_warning']:g}/{c['prior_error']:g}/{c['prior_critical']:g}, "
-                     f"refit {c['refit_every']}, critical alerts {c['critical_alerts']}")  # fmt: skip
+                     f"refit {c['refit_every']}, burst window {c['burst_window']}")  # fmt: skip
         cells = [name, _f(ours.get("auc_pr")), _f(ours.get("f1")), f"{ours['fa_per_1000']:.1f}",
                  *[_f(r[f"logstream, {k} verdicts"].get("auc_pr")) for k in verdicts if k],
                  *[_f(r[p].get("auc_pr")) if p in r else "" for p in peer_names], constants]  # fmt: skip
@@ -561,6 +565,16 @@ def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
             f"{_f(r['logstream, worst line only'].get('auc_pr'))}, F1 {_f(r['logstream, worst line only'].get('f1'))}."
             for name, r in results.items()
             if "logstream, worst line only" in r
+        ),
+        *(
+            f"Without the burst evidence (the line's words alone), the same constants: mean AUC-PR "
+            f"{np.mean([r['logstream, no bursts']['auc_pr'] for r in ablated]):.2f}, F1 "
+            f"{np.mean([r['logstream, no bursts']['f1'] for r in ablated]):.2f} over the {len(ablated)} "
+            f"labelled line logs (with it: AUC-PR {np.mean([r['logstream, 0 verdicts']['auc_pr'] for r in ablated]):.2f}, "
+            f"F1 {np.mean([r['logstream, 0 verdicts']['f1'] for r in ablated]):.2f}); clean Thunderbird "
+            f"{results['Thunderbird (clean)']['logstream, no bursts']['fa_per_1000']:.1f} false alarms /1000 without it."
+            for ablated in [[r for r in labelled.values() if "logstream, no bursts" in r]]
+            if ablated and "Thunderbird (clean)" in results
         ),
         "",
         "Shipped constants (chosen on every log): "
@@ -607,22 +621,24 @@ def main() -> None:
         labels = np.array(case.labels)
         row: dict[str, dict] = {"constants": held_out}
         config = scoring_config(held_out, case.sessions)
-        threshold = Calibration(config=config).threshold()
         after = with_verdicts(
             case,
             outputs[case.name],
             config,
-            held_out["critical_alerts"],
             verdicts,
             args.out / "verdicts.sqlite",
         )
         for k, s in after.items():
-            row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, threshold)
+            row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, s.critical)
         if not case.sessions:
             row["stopped source"] = stopped_source(case)
+            # the ablation: the line's words alone, no burst evidence
+            words = replace(calibrate(config, outputs[case.name]), burst=None)
+            s = score(words, outputs[case.name], False)
+            row["logstream, no bursts"] = evaluate(s.score, s.flagged, labels)
         else:  # the ablation: a session scored by its worst line or end alone, no stretches
             worst = replace(calibrate(config, outputs[case.name]), stretches=[])
-            s = score(worst, outputs[case.name], True, critical_alerts=held_out["critical_alerts"])
+            s = score(worst, outputs[case.name], True)
             row["logstream, worst line only"] = evaluate(s.score, s.flagged, labels)
         baseline = [s.lines for s in case.baseline]
         peers = (

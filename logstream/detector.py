@@ -23,7 +23,7 @@ from logstream.engine.model import load_model_dir, model_id
 from logstream.engine.streaming import StreamingEngine
 from logstream.engine.tokenizer import LineTokenizer, prompt_ids
 from logstream.records import Anomaly, LogRecord, Stream, location
-from logstream.scoring.calibration import Calibration, alert_severity
+from logstream.scoring.calibration import Calibration
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import surprising_tokens
 from logstream.scoring.quiet import BaselineRhythm, QuietWatch
@@ -46,11 +46,15 @@ class ScoredSession:
 
     @property
     def worst(self) -> ScoredLine | None:
-        """What a session alert shows: a line an operator confirmed as an anomaly, else the
-        line (or end) with the highest score among those not marked normal."""
+        """What a session alert shows: a line an operator confirmed as an anomaly, else a line
+        of the critical level not marked normal (it alerts whatever the session's score), else
+        the line (or end) with the highest score among those not marked normal."""
         every = [*self.lines, *([self.end] if self.end else [])]
         confirmed = [s for s in every if s.verdict == "anomaly"]
-        return max(confirmed or every, key=lambda s: (s.verdict != "normal", s.score), default=None)
+        critical = [s for s in every if s.level == "critical" and s.verdict != "normal"]
+        return max(
+            confirmed or critical or every, key=lambda s: (s.verdict != "normal", s.score), default=None
+        )
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,14 @@ class Detector:
         offsets = line_token_offsets(self.tokenizer, masked)
         record = line.record
         explanation: Explanation = explain_line(
-            record.line, self.normalizer.rules, masked, offsets, token_nll, record.stream, line.novel
+            record.line,
+            self.normalizer.rules,
+            masked,
+            offsets,
+            token_nll,
+            record.stream,
+            line.novel,
+            line.burst,
         )
         tokens = tuple(
             (self.tokenizer.token_text(token_ids[pos]), nll) for pos, nll in surprising_tokens(token_nll)
@@ -219,6 +230,7 @@ class Detector:
                 kind="end",
             )
         self.engine.drop(stream)
+        self.scorer.close(stream)
         return scored
 
     def step(self, records: Sequence[LogRecord], watch: QuietWatch | None) -> Step:
@@ -278,7 +290,7 @@ class Detector:
             score=scored.score,
             threshold=scored.threshold,
             surprisal=scored.surprisal,
-            severity=alert_severity(scored.score, scored.threshold),
+            severity=scored.severity,
             kind=scored.kind,
             level=scored.level,
             template_id=scored.template_id,

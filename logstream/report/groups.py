@@ -36,6 +36,10 @@ def log_time(line: str) -> str | None:
     return match.group() if match else None
 
 
+def _critical(u: Unit) -> bool:
+    return u.anomaly is not None and u.anomaly.severity == "critical"
+
+
 @dataclass
 class TemplateGroup:
     """Items of one template, summarized: add them in file order (`add`), or `merge` two groups."""
@@ -47,6 +51,7 @@ class TemplateGroup:
     last: int = 0
     first_time: str | None = None  # the first item's own timestamp, as written
     novel: bool = False  # some line of the group opened a template the model had never seen
+    critical: bool = False  # some alert of the group is critical (`ScoredLine.severity`)
     stream_set: set[str] = field(default_factory=set)
     examples: list[Unit] = field(default_factory=list)  # the first EXAMPLES items, in file order
     anomalies: TemplateGroup | None = None  # its items over the threshold (a pattern's; None: none)
@@ -56,7 +61,7 @@ class TemplateGroup:
         """A group of one item."""
         return cls(
             template, u, first=u.line, last=u.line, first_time=log_time(u.text), novel=u.novel,
-            stream_set={u.stream}, examples=[u],
+            critical=_critical(u), stream_set={u.stream}, examples=[u],
         )  # fmt: skip
 
     def add(self, u: Unit) -> None:
@@ -64,6 +69,7 @@ class TemplateGroup:
         self.count += 1
         self.last = u.line
         self.novel |= u.novel
+        self.critical |= _critical(u)
         self.stream_set.add(u.stream)
         if u.score > self.worst.score:
             self.worst = u
@@ -77,6 +83,7 @@ class TemplateGroup:
         self.count += other.count
         self.last = max(self.last, other.last)
         self.novel |= other.novel
+        self.critical |= other.critical
         self.stream_set |= other.stream_set
         if (other.worst.score, -other.worst.line) > (self.worst.score, -self.worst.line):
             self.worst = other.worst
@@ -105,6 +112,7 @@ class TemplateGroup:
             "new_words": list(worst.new_words),
             "template": self.template, "count": self.count, "first_line": self.first,
             "last_line": self.last, "first_time": self.first_time, "novel": self.novel,
+            "critical": self.critical,
             "streams": self.streams[:20], "worst_score": round(worst.score, 4), "worst_line": worst.line,
             "example": worst.text,
             "explanation": worst.explanation.to_json() if worst.explanation else None,

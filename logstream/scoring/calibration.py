@@ -10,10 +10,21 @@ line counts 10x as likely to matter). It is added after the tail, on purpose: a 
 full of recurring failures teaches the model those lines, and the tail would then call them
 ordinary; the prior is an axis that neither training nor calibration can learn away.
 
+A line's template can also come in a burst (`bursts`: far more often in the stream's last
+lines than before), which its words alone do not show. The burst evidence has its own tail,
+fitted on the held-out lines too (those past a stream's first horizon, which have a rate to
+compare with), and the two tail scores combine as independent tests
+(Fisher's product of p-values): with s the sum of both, the line's p is 10**-s (1 + s ln 10),
+the chance that two uniform p-values multiply to that little. One strong piece of evidence
+still alerts, two moderate ones alert together, and a normal line alerts no more often than
+the rate says. A model saved without the burst tail scores its words alone.
+
 Alerts fire above -log10 of the false-alarm rate. For a line without a level the rate is
 what it says; a level's line alerts 10 ** prior times as readily. An alert is critical
 when its score passes the threshold by CRITICAL_MARGIN orders of magnitude: a line
-100 times rarer than what alerts (`alert_severity`).
+100 times rarer than what alerts (`alert_severity`). Severity is the line's own, its words and
+level: a burst of ordinary lines alerts as a warning, however long it runs
+(`ScoredLine.severity`).
 
 Stream ends score the end-of-stream token's NLL against its own tail. A session's score is
 its most surprising *stretch*, at every length (a scan statistic): for w = 1, 2, 4, ... lines,
@@ -35,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from logstream.errors import UserError
+from logstream.scoring.bursts import burst_evidence
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.gpd import (
     MAX_OUTLIER_SHARE,
@@ -60,6 +72,7 @@ class Calibration:
     line: TailFit | None = None  # of the lines' surprisal, nats
     end: TailFit | None = None  # of the end-of-stream NLL, when the model learned stream ends
     session: TailFit | None = None  # of the held-out sessions' worst scores
+    burst: TailFit | None = None  # of the held-out lines' burst evidence (`bursts`)
     stretches: list[TailFit] = field(default_factory=list)  # of their highest 2, 4, 8, ... line means
     line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
     end_reference: list[float] = field(default_factory=list)
@@ -71,10 +84,17 @@ class Calibration:
         """The score threshold for a false-alarm rate (default: the config's)."""
         return -math.log10(false_alarm_rate or self.config.false_alarm_rate)
 
-    def line_score(self, surprisal: float, level: str | None, fit: TailFit | None = None) -> float:
-        """The calibrated surprisal (`fit`: an online refit of the line tail) plus the level's prior."""
+    def line_score(
+        self, surprisal: float, level: str | None, fit: TailFit | None = None, burst: float | None = None
+    ) -> float:
+        """The calibrated surprisal (`fit`: an online refit of the line tail), combined with the
+        calibrated burst evidence when the line has some and the model its tail, plus the
+        level's prior."""
         tail = fit or self.line
-        return (tail.score(surprisal) if tail is not None else surprisal) + self.config.prior(level)
+        score = tail.score(surprisal) if tail is not None else surprisal
+        if self.burst is not None and burst is not None:
+            score = fisher(score, self.burst.score(burst))
+        return score + self.config.prior(level)
 
     def end_score(self, nll: float) -> float:
         """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""
@@ -125,9 +145,15 @@ class Calibration:
         )  # fmt: skip
 
 
-FITS = ("line", "end", "session")
+FITS = ("line", "end", "session", "burst")
 REFERENCES = ("line_reference", "end_reference", "session_reference")
 COUNTS = ("heldout_lines", "heldout_sessions")
+
+
+def fisher(a: float, b: float) -> float:
+    """Two independent tail scores (-log10 p) as one: -log10 P(U1 * U2 <= 10**-(a + b))."""
+    total = a + b
+    return total - math.log10(1 + total * math.log(10))
 
 
 def alert_severity(score: float, threshold: float) -> str:
@@ -185,6 +211,16 @@ def fit_calibration(
     return calibration
 
 
+def fit_bursts(calibration: Calibration, streams: list[HeldOut]) -> None:
+    """The burst tail, of held-out line streams' burst evidence (sessions have none: the
+    template counts of one short session say nothing of a rate)."""
+    window = calibration.config.burst_window
+    evidence = [
+        x for s in streams if s.end is None for x in burst_evidence(s.templates, window) if x is not None
+    ]
+    calibration.burst = _fit(evidence)[0]
+
+
 @dataclass(frozen=True)
 class HeldOut:
     """What calibration needs of one held-out baseline stream, as the model scored it."""
@@ -208,6 +244,7 @@ def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
         [t for s in kept for t in s.templates],
         [s.end for s in kept if s.end is not None],
     )
+    fit_bursts(calibration, streams)
     fit_sessions(calibration, normal)
     return calibration
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from logstream.scoring.bursts import HORIZON
 from logstream.scoring.evidence import LINE_TOP_K
 from logstream.scoring.gpd import finite_list
 from logstream.scoring.levels import (
@@ -15,9 +16,10 @@ from logstream.scoring.levels import (
 
 # Orders of magnitude a line's level adds to its calibrated score (a probability factor of
 # 10 ** prior): chosen leave one log out on benchmarks/quality.py's dev suite (docs/quality.md).
-DEFAULT_LEVEL_PRIOR = {"warning": 0.0, "error": 1.5, "critical": 3.0}
+DEFAULT_LEVEL_PRIOR = {"warning": 0.0, "error": 1.5, "critical": 2.0}
 # The default sensitivity: alerts above score -log10(rate); chosen the same way.
-DEFAULT_FALSE_ALARM_RATE = 1e-3
+DEFAULT_FALSE_ALARM_RATE = 3e-4
+BURST_WINDOW = 8  # chosen the same way
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,10 @@ class ScoringConfig:
     line_top_k: int = LINE_TOP_K  # words whose surprisal makes the line's (0: every word)
     level_prior: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LEVEL_PRIOR))
     false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE  # the default sensitivity of this model
-    refit_every: int = 500  # online refit of the line tail every N unflagged lines; 0 = never
+    # online refit of the line tail every N unflagged lines; 0 (chosen the same way): only on
+    # lines marked normal (`gpd.VERDICT_REFIT`)
+    refit_every: int = 0
+    burst_window: int = BURST_WINDOW  # lines in which a template's burst is counted (`bursts`)
     failure_words: dict[str, list[str]] = field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_FAILURE_WORDS.items()}
     )
@@ -33,12 +38,14 @@ class ScoringConfig:
     success_words: list[str] = field(default_factory=lambda: list(DEFAULT_SUCCESS_WORDS))
 
     def __post_init__(self) -> None:
-        for name in ("line_top_k", "refit_every"):
+        for name in ("line_top_k", "refit_every", "burst_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
             if value < 0:
                 raise ValueError(f"{name}: {value} is negative")
+        if not 1 <= self.burst_window < HORIZON:
+            raise ValueError(f"burst_window: {self.burst_window} is not in 1..{HORIZON - 1}")
         finite_list([self.false_alarm_rate], "false_alarm_rate")
         if not 0 < self.false_alarm_rate < 1:
             raise ValueError(f"false_alarm_rate: {self.false_alarm_rate} is not in (0, 1)")

@@ -41,7 +41,9 @@ exponential tail keeps the score rising with the evidence, so adjacent rates mov
 gradually, and a score far past the threshold means a line far past every normal one.
 
 `OnlineTail` refits as normal traffic drifts (DSPOT-style): the calibration sample
-plus the most recent scores that were *not* flagged; a flagged line never moves it. A
+plus the most recent scores that were *not* flagged; a flagged line never moves it. With
+those refits off (`refit_every` 0), it still refits on the lines of templates an operator
+marked normal: a verdict moves calibration either way. A
 refit's shape is never heavier than the calibration's: the scale and the peak threshold
 follow the recent lines, but a few hundred of them mixing common lines with a new period's
 rare ones fit shapes far apart, and a heavier one extrapolates a 3e-4 threshold far past
@@ -68,6 +70,9 @@ MIN_SAMPLES = 20
 XI_MIN, XI_MAX = 0.0, 0.5
 BODY_POINTS = 64  # quantiles kept to interpolate the empirical part below u
 REFERENCE_SIZE = 2000  # calibration scores kept in the model directory for online refits
+# Without refits of unflagged lines, a refit after every 50 lines of templates marked normal: a
+# verdict moves the tail within minutes of traffic, and a fit costs about a millisecond
+VERDICT_REFIT = 50
 
 
 @dataclass(frozen=True)
@@ -330,10 +335,15 @@ class OnlineTail:
         self._refit_every = refit_every
         self._since_refit = 0
 
-    def observe(self, raw: float, flagged: bool, rate: float = 0.0) -> None:
+    def observe(self, raw: float, flagged: bool, rate: float = 0.0, normal: bool = False) -> None:
         """One line's raw score; `flagged` if it alerted, at `rate`, the share of normal lines
-        the threshold flags (10 ** -threshold)."""
-        if self._refit_every <= 0 or not self._reference or not math.isfinite(raw):
+        the threshold flags (10 ** -threshold); `normal` if an operator marked its template
+        normal. Without refits of unflagged lines (`refit_every` 0) the tail still learns the
+        lines operators vouched for, refitted every VERDICT_REFIT of them."""
+        if not self._reference or not math.isfinite(raw):
+            return
+        every = self._refit_every if self._refit_every > 0 else VERDICT_REFIT
+        if self._refit_every <= 0 and not normal:
             return
         if flagged:
             self._flagged_since += 1
@@ -342,7 +352,7 @@ class OnlineTail:
         self._flagged_before.append(self._flagged_since)
         self._flagged_since = 0
         self._since_refit += 1
-        if self._since_refit >= self._refit_every:
+        if self._since_refit >= every:
             flagged_lines = sum(self._flagged_before)
             censored = min(flagged_lines, round(rate * (len(self._recent) + flagged_lines)))
             self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max, censored=censored)

@@ -1,13 +1,18 @@
 """The scorer: one line's stages, in order, for every line the model has read.
 
-1. evidence: the line's surprisal under the model (`evidence.line_surprisal`) and its
-   template (online Drain, seeded with the training templates: `novel` when it is new);
+1. evidence: the line's surprisal under the model (`evidence.line_surprisal`), its
+   template (online Drain, seeded with the training templates: `novel` when it is new) and
+   how that template bursts in the line's stream (`bursts.BurstCounter`);
 2. prior: its level, from a level field or failure words (`ScoringConfig.level`);
-3. calibration: surprisal -> -log10 p under the line tail, plus the level's prior
-   (`Calibration.line_score`); the tail is refitted online on lines that did not alert;
+3. calibration: surprisal and burst -> -log10 p under their tails, combined, plus the level's
+   prior (`Calibration.line_score`); the line tail is refitted online (`ScoringConfig.refit_every`);
 4. operator rules: a verdict on its template (`rules.OperatorRules`). "normal": never an
    alert, and the line joins the normal sample of the online refit; "anomaly": always an
    alert, and the line stays out of it.
+
+A line alerts over the threshold, and a line of the critical level whatever its score: a
+baseline full of a failure teaches the model that failure, and frequency must never make a
+failure normal (`ScoredLine.alerts`).
 
 `Scorer.score` takes what the model computed (`Detector.token_surprisal`), so benchmarks can
 run the stages again over cached model output with other constants (benchmarks/quality.py).
@@ -21,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from logstream.records import LogRecord
-from logstream.scoring.calibration import Calibration
+from logstream.scoring.bursts import BurstCounter
+from logstream.scoring.calibration import Calibration, alert_severity
 from logstream.scoring.evidence import line_surprisal
 from logstream.scoring.gpd import OnlineTail
 from logstream.scoring.rules import OperatorRules
@@ -43,19 +49,33 @@ class ScoredLine:
     novel: bool = False  # the line's template is new to the model
     verdict: str | None = None  # an operator's verdict on its template: "normal" | "anomaly"
     kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.scoring.quiet)
+    burst: float = 0.0  # -log10 p of its template's burst in the stream (0 without a burst tail)
+    words: float | None = None  # the score without the burst evidence (None: the same as score)
     explanation: Explanation | None = None  # the surprising words (alerts only)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (alerts only)
+
+    @property
+    def alerts(self) -> bool:
+        """Over the threshold, or of the critical level: a failure that the model and the tail
+        learned as ordinary from a baseline full of it still alerts (verdicts aside)."""
+        return self.score > self.threshold or self.level == "critical"
 
     @property
     def is_anomaly(self) -> bool:
         if self.verdict is not None:
             return self.verdict == "anomaly"
-        return self.score > self.threshold
+        return self.alerts
 
     @property
     def suppressed(self) -> bool:
-        """Over the threshold, but its template was marked normal."""
-        return self.verdict == "normal" and self.score > self.threshold
+        """It would alert, but its template was marked normal."""
+        return self.verdict == "normal" and self.alerts
+
+    @property
+    def severity(self) -> str:
+        """The alert's severity, by the line alone (its words and level, `words`): a burst of
+        ordinary lines is a warning however long it runs (`calibration.alert_severity`)."""
+        return alert_severity(self.score if self.words is None else self.words, self.threshold)
 
 
 class Scorer:
@@ -81,9 +101,23 @@ class Scorer:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the templates learned since loading."""
+        """Forget the templates learned since loading, and every stream's bursts."""
         self.miner = seeded_miner(self.known_templates)
         self.known = self.miner.size  # clusters 1..known are training templates
+        self.bursts: dict[str, BurstCounter] = {}
+
+    def close(self, stream: str) -> None:
+        """Forget a stream's bursts (its template counts)."""
+        self.bursts.pop(stream, None)
+
+    def _burst(self, stream: str, template_id: int) -> float | None:
+        """The line's burst evidence in its stream; None without a burst tail (nothing reads it)."""
+        if self._calibration.burst is None:
+            return None
+        counter = self.bursts.get(stream)
+        if counter is None:
+            counter = self.bursts[stream] = BurstCounter(self._calibration.config.burst_window)
+        return counter.observe(template_id)
 
     def score(
         self,
@@ -104,16 +138,20 @@ class Scorer:
             surprisal = line_surprisal(nll, starts, config.line_top_k)
             level = config.level(record.line)
             fit = self.online.fit if self.online is not None else None
-            score = calibration.line_score(surprisal, level, fit)
+            burst = self._burst(record.stream, mined.template_id)
+            score = calibration.line_score(surprisal, level, fit, burst)
+            words = calibration.line_score(surprisal, level, fit) if burst is not None else None
             verdict = self.rules.verdict(text, record.stream) if self.rules is not None else None
             line = ScoredLine(
                 record, score, threshold, surprisal, level, mined.template_id, mined.template,
                 novel=mined.cluster > self.known, verdict=verdict,
+                burst=calibration.burst.score(burst) if calibration.burst and burst is not None else 0.0,
+                words=words,
             )  # fmt: skip
             if self.online is not None and verdict != "anomaly":
                 # the tail is of surprisal: a line beyond it by its surprisal alone stays out
                 beyond = verdict is None and score - config.prior(level) > threshold
-                self.online.observe(surprisal, beyond, rate)
+                self.online.observe(surprisal, beyond, rate, normal=verdict == "normal")
             out.append(line)
         return out
 

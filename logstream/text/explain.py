@@ -38,6 +38,7 @@ from logstream.text.normalize import MaskRule, clean_line, compile_rules
 MAX_WORDS = 3  # words named in an explanation
 MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name
 RELATIVE_CUT = 0.3  # ... nor one below this share of the most surprising word
+BURST_SHOWN = 2.0  # a burst is named when normal lines reach its rate less than once in 100
 
 _WORD = re.compile(r"<[A-Z][A-Z0-9_]*>|\w+(?:[.-]\w+)*")
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
@@ -79,6 +80,7 @@ class Explanation:
     words: tuple[Word, ...]  # most surprising first; empty when no word stands out
     segments: tuple[tuple[str, bool], ...]  # the masked line, surprising words in original text (True)
     novel: bool = False  # the line's template is new to the model
+    burst: float = 0.0  # -log10 p of its template's burst in the stream (`scoring.bursts`)
 
     @property
     def template(self) -> str:
@@ -108,13 +110,17 @@ class Explanation:
             parts[0] = "the model's chance of " + parts[0]
         if self.novel:
             parts.append("the line's template is new to the model")
+        if self.burst >= BURST_SHOWN:
+            parts.append(
+                f"its template comes in a burst (a rate normal lines reach once in {10**self.burst:,.0f})"
+            )
         if not parts:
             return "no single word stands out: the line's shape (punctuation, its end) is unusual"
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, object]:
         return {"template": self.marked, "words": [w.to_json() for w in self.words],
-                "novel": self.novel, "summary": self.summary}  # fmt: skip
+                "novel": self.novel, "burst": round(self.burst, 2), "summary": self.summary}  # fmt: skip
 
 
 _compiled = functools.lru_cache(maxsize=8)(compile_rules)  # explanations get a model's rules again and again
@@ -164,6 +170,7 @@ def explain_line(
     token_nll: np.ndarray,
     stream: str = "",
     novel: bool = False,
+    burst: float = 0.0,
 ) -> Explanation:
     """Explain one scored line.
 
@@ -201,6 +208,7 @@ def explain_line(
         words=tuple(w for _, w in chosen),
         segments=_segments(masked, [(words[k].span(), w.text) for k, w in chosen]),
         novel=novel,
+        burst=burst,
     )
 
 

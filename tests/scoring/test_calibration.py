@@ -21,7 +21,6 @@ from logstream.detector import Detector
 from logstream.evaluation.injection import strip_label_column
 from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
 from logstream.lifecycle.train import TrainConfig, train
-from logstream.scoring.calibration import CRITICAL_MARGIN
 
 THUNDERBIRD = LOGHUB / "Thunderbird_2k.log"  # its first column labels each line; all are normal
 
@@ -105,7 +104,8 @@ def test_a_clean_real_log_pages_no_critical_with_every_default(tmp_path: Path) -
     """A new user's first backtest, `replay --auto-train all` with every default, of a real log
     with no incident in it (Thunderbird_2k, its label column stripped): what alerts there (a
     node's boot: failure-worded lines new to the model) is a warning, never a critical, which
-    stays for a line 100 times past the threshold. The false alarms per 1,000 lines are
+    stays for a line 100 times past the threshold in its own words and level (a boot's burst of
+    new lines is a warning however far its rate goes). The false alarms per 1,000 lines are
     measured in docs/quality.md (benchmarks/quality.py)."""
     lines = THUNDERBIRD.read_text(encoding="utf-8", errors="replace").splitlines()
     log = tmp_path / "clean.log"
@@ -118,8 +118,9 @@ def test_a_clean_real_log_pages_no_critical_with_every_default(tmp_path: Path) -
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["scored"] == 2000 and len(summary["chunks"]) == 2
     assert summary["anomalies"] > 0  # the boot's lines do alert: the check is not vacuous
-    worst = max(g["worst_score"] for g in summary["groups"])
-    assert worst < summary["threshold"] + CRITICAL_MARGIN, summary["groups"][:3]
+    assert not any(g["critical"] for g in summary["groups"]), [g for g in summary["groups"] if g["critical"]][
+        :3
+    ]
 
 
 def test_online_refits_do_not_depend_on_the_batches(synthetic_model_dir: Path) -> None:

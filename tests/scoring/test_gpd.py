@@ -11,7 +11,7 @@ import pytest
 
 from logstream.scoring.calibration import SESSION_OUTLIER_SHARE, fit_calibration, incident_sessions
 from logstream.scoring.config import ScoringConfig
-from logstream.scoring.gpd import OnlineTail, TailFit, fit_tail, reference_sample
+from logstream.scoring.gpd import VERDICT_REFIT, OnlineTail, TailFit, fit_tail, reference_sample
 
 # (name, sampler): tails of the kind surprisal has (exponential-like) and a heavier one
 TAILS = {
@@ -323,3 +323,17 @@ def test_a_fit_saves_how_many_outliers_it_dropped() -> None:
     assert fit.outliers == 5
     saved = json.loads(json.dumps(fit.to_json()))
     assert TailFit.from_json(saved).to_json() == saved
+
+
+def test_without_refits_of_unflagged_lines_only_lines_marked_normal_move_the_tail() -> None:
+    """`refit_every` 0: a drifted system's unflagged lines leave the tail as it is; the same
+    lines marked normal by an operator move it after VERDICT_REFIT of them."""
+    rng = np.random.default_rng(12)
+    reference = reference_sample(list(rng.exponential(1.0, 1000)))
+    drifted = list(4 + rng.exponential(1.0, VERDICT_REFIT))
+    unlabelled, vouched = (OnlineTail(fit_tail(reference), reference, refit_every=0) for _ in range(2))
+    for raw in drifted:
+        unlabelled.observe(raw, flagged=False)
+        vouched.observe(raw, flagged=False, normal=True)
+    assert unlabelled.fit == fit_tail(reference)
+    assert vouched.fit.raw_threshold(1e-3) > unlabelled.fit.raw_threshold(1e-3) + 0.5

@@ -86,12 +86,16 @@ def store(tmp_path: Path) -> FeedbackStore:
     return FeedbackStore(tmp_path / "outbox.sqlite")
 
 
-def test_a_normal_verdict_silences_its_template_and_joins_the_normal_sample(store: FeedbackStore) -> None:
+@pytest.mark.parametrize("refit_every", [50, 0])
+def test_a_normal_verdict_silences_its_template_and_joins_the_normal_sample(
+    store: FeedbackStore, refit_every: int
+) -> None:
     """After "normal" on a template, its lines never alert, however surprising, and the online
     tail takes them into its sample (they are normal now): the next refit's threshold moves up
-    towards them, and they score orders of magnitude lower. Without the verdict they alert
-    and stay out of the sample."""
-    config = ScoringConfig(refit_every=50)
+    towards them, and they score orders of magnitude lower, whether the tail also refits on
+    unflagged lines (`refit_every` 50) or only on those marked normal (0, a refit every
+    VERDICT_REFIT of them). Without the verdict they alert and stay out of the sample."""
+    config = ScoringConfig(refit_every=refit_every)
     calibration = fit_heldout(config, heldout(np.random.default_rng(2)))
     threshold = calibration.threshold()
     alerting = [12.0] * 60
@@ -128,3 +132,42 @@ def test_a_calibration_round_trips_through_json() -> None:
         assert loaded.line_score(surprisal, level) == pytest.approx(
             calibration.line_score(surprisal, level), abs=1e-4
         )
+
+
+def test_a_burst_is_counted_in_its_own_stream() -> None:
+    """Twelve lines of one template in a row alert in the stream that wrote them, as warnings
+    (their words are ordinary); the same lines spread thinly over another stream do not, and a
+    closed stream starts counting again."""
+    rng = np.random.default_rng(6)
+    texts = [" ".join([f"w{i}"] * (i + 1)) for i in range(12)]  # 12 templates: lengths differ
+    weights = 1.0 / np.arange(1, 13)
+
+    def steady(n: int) -> list[str]:
+        return [texts[i] for i in rng.choice(12, size=n, p=weights / weights.sum())]
+
+    scorer = Scorer(Calibration(), [])
+    held = steady(2000)
+    ids = [x.template_id for x in score_lines(scorer, held, [0.5] * len(held), 3.0)]
+    calibration = fit_heldout(
+        ScoringConfig(burst_window=8), [HeldOut(rng.exponential(0.5, 2000).tolist(), ids, [None] * 2000)]
+    )
+    assert calibration.burst is not None
+    threshold = calibration.threshold(1e-3)
+    scorer = Scorer(calibration, [])
+    storm = " ".join(["storm"] * 20)
+
+    def lines(stream: str, masked: list[str]) -> list:
+        records = [LogRecord(line=text, stream=stream) for text in masked]
+        nll = [np.array([0.5]) for _ in masked]
+        return scorer.score(records, masked, nll, [np.array([True])] * len(masked), threshold)
+
+    lines("a", steady(300))
+    burst = lines("a", [storm] * 12)
+    assert burst[-1].is_anomaly and burst[-1].burst > threshold and burst[-1].severity == "warning"
+    assert not burst[0].is_anomaly  # one line of a new template is no burst
+    spread = [
+        line for _ in range(12) for line in lines("b", [*steady(40), storm]) if line.record.line == storm
+    ]
+    assert not any(line.is_anomaly for line in spread)
+    scorer.close("a")
+    assert lines("a", [storm])[0].burst == 0.0  # no horizon written yet: no rate to compare with
