@@ -101,9 +101,15 @@ def test_restored_stream_scores_like_one_that_never_moved(synthetic_model_dir: P
 
 def test_cold_start_holds_alerts_back_until_min_context_lines(synthetic_model_dir: Path) -> None:
     """With min_context_lines N, an odd line among a stream's first N raises no alert (it is
-    still scored), the same line later does; cold_threshold alerts above it only."""
+    still scored), the same line later does; cold_threshold alerts above it only. A line of
+    the critical level alerts even cold: its alert does not rest on the stream's context."""
     detector = Detector.load(synthetic_model_dir)
-    odd = LogRecord(ODD_LINE, "web-1", "logs/0", 0, source_kind="kafka")
+    fatal = LogRecord(ODD_LINE, "web-2", "logs/0", 0, source_kind="kafka")
+    [critical] = StreamBook(StateSettings(min_context_lines=3), 1000).observe(detector.score([fatal]))
+    assert critical.level == "critical" and critical.is_anomaly
+    odd = LogRecord(
+        ODD_LINE.replace("FATAL kernel: panic", "INFO kernel:"), "web-1", "logs/0", 0, source_kind="kafka"
+    )
     book = StreamBook(StateSettings(min_context_lines=3), 1000)
     [first] = book.observe(detector.score([odd]))
     assert first.score > detector.threshold and not first.is_anomaly
