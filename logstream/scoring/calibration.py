@@ -90,11 +90,20 @@ class Calibration:
         """The calibrated surprisal (`fit`: an online refit of the line tail), combined with the
         calibrated burst evidence when the line has some and the model its tail, plus the
         level's prior."""
+        return self.line_scores(surprisal, level, fit, burst)[0]
+
+    def line_scores(
+        self, surprisal: float, level: str | None, fit: TailFit | None = None, burst: float | None = None
+    ) -> tuple[float, float, float | None]:
+        """(`line_score`, the words' score alone: the calibrated surprisal plus the prior, the
+        calibrated burst evidence: None when the line has none or the model no burst tail)."""
         tail = fit or self.line
-        score = tail.score(surprisal) if tail is not None else surprisal
-        if self.burst is not None and burst is not None:
-            score = fisher(score, self.burst.score(burst))
-        return score + self.config.prior(level)
+        words = tail.score(surprisal) if tail is not None else surprisal
+        prior = self.config.prior(level)
+        if self.burst is None or burst is None:
+            return words + prior, words + prior, None
+        rate = self.burst.score(burst)
+        return fisher(words, rate) + prior, words + prior, rate
 
     def end_score(self, nll: float) -> float:
         """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""

@@ -340,10 +340,7 @@ class OnlineTail:
         the threshold flags (10 ** -threshold); `normal` if an operator marked its template
         normal. Without refits of unflagged lines (`refit_every` 0) the tail still learns the
         lines operators vouched for, refitted every VERDICT_REFIT of them."""
-        if not self._reference or not math.isfinite(raw):
-            return
-        every = self._refit_every if self._refit_every > 0 else VERDICT_REFIT
-        if self._refit_every <= 0 and not normal:
+        if not self._reference or not math.isfinite(raw) or (self._refit_every <= 0 and not normal):
             return
         if flagged:
             self._flagged_since += 1
@@ -352,7 +349,7 @@ class OnlineTail:
         self._flagged_before.append(self._flagged_since)
         self._flagged_since = 0
         self._since_refit += 1
-        if self._since_refit >= every:
+        if self._since_refit >= (self._refit_every if self._refit_every > 0 else VERDICT_REFIT):
             flagged_lines = sum(self._flagged_before)
             censored = min(flagged_lines, round(rate * (len(self._recent) + flagged_lines)))
             self.fit = fit_tail([*self._reference, *self._recent], xi_max=self._xi_max, censored=censored)

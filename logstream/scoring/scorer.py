@@ -138,15 +138,14 @@ class Scorer:
             surprisal = line_surprisal(nll, starts, config.line_top_k)
             level = config.level(record.line)
             fit = self.online.fit if self.online is not None else None
-            burst = self._burst(record.stream, mined.template_id)
-            score = calibration.line_score(surprisal, level, fit, burst)
-            words = calibration.line_score(surprisal, level, fit) if burst is not None else None
+            score, words, burst = calibration.line_scores(
+                surprisal, level, fit, self._burst(record.stream, mined.template_id)
+            )
             verdict = self.rules.verdict(text, record.stream) if self.rules is not None else None
             line = ScoredLine(
                 record, score, threshold, surprisal, level, mined.template_id, mined.template,
                 novel=mined.cluster > self.known, verdict=verdict,
-                burst=calibration.burst.score(burst) if calibration.burst and burst is not None else 0.0,
-                words=words,
+                burst=burst or 0.0, words=words if burst is not None else None,
             )  # fmt: skip
             if self.online is not None and verdict != "anomaly":
                 # the tail is of surprisal: a line beyond it by its surprisal alone stays out
