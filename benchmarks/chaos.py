@@ -633,7 +633,10 @@ class Faults:
 
     def kill(self) -> None:
         """kill -9 of a serving process, then a restart; the first `poisoned_restarts` restarts
-        find forged changelog records, sent while serve was down."""
+        find forged changelog records, sent while serve was down. It waits for a held feedback
+        lock's release and serve's recovery from it: a process killed before it logs the
+        recovery takes its failing refreshes along, and its restart has none to recover from."""
+        self.release_feedback()
         wait_until(self.serve.ready, WAIT_S)  # kill a serving process, not one still loading
         self.serve.kill()
         self.report.kills += 1
