@@ -47,7 +47,7 @@ import numpy as np
 
 from logstream.consumers.inputs import InputStats, read_sessions
 from logstream.consumers.multiline import Joiner, join_events
-from logstream.detector import Detector
+from logstream.detector import Detector, ScoredSession
 from logstream.engine.model import load_model_dir
 from logstream.evaluation.injection import FORMATS, dev_log, strip_label_column
 from logstream.evaluation.metrics import auc_pr, false_alarms_per_1000, precision_recall_f1
@@ -311,7 +311,7 @@ def score(
     sessions: bool,
     rules: FeedbackRules | None = None,
 ) -> Scores:
-    """The scorer's scores and alerts (a session alerts as `ScoredSession.worst` makes it: a
+    """The scorer's scores and alerts (a session alerts as `ScoredSession.scored` says: a
     confirmed or critical line, or its score over the threshold)."""
     scorer = Scorer(calibration, outputs.templates, rules)
     threshold = calibration.threshold()
@@ -327,10 +327,13 @@ def score(
     for s, lines in zip(outputs.scored, streams, strict=True):
         end = calibration.end_score(s.end) if s.end is not None else None
         value = calibration.session_score(session_evidence(lines), end)
-        confirmed = any(x.verdict == "anomaly" or _critical(x) for x in lines)
+        item = ScoredSession(s.name, lines, None, value).scored  # as replay reports the session
         values.append(value)
-        flagged.append(confirmed or (value > threshold and not all(x.verdict == "normal" for x in lines)))
-        verdicts.append("anomaly" if confirmed else None)
+        flagged.append(item is not None and item.is_anomaly)
+        # a confirmed or critical line alerts its session whatever its score: it ranks on top
+        verdicts.append(
+            "anomaly" if item is not None and (item.verdict == "anomaly" or _critical(item)) else None
+        )
     array = np.array(values)
     return Scores(
         array, np.array(flagged), _rank(array, verdicts), [[x.template for x in lines] for lines in streams],

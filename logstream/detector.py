@@ -56,6 +56,13 @@ class ScoredSession:
             confirmed or critical or every, key=lambda s: (s.verdict != "normal", s.score), default=None
         )
 
+    @property
+    def scored(self) -> ScoredLine | None:
+        """The session as one scored item, as replay reports it: its worst line carrying the
+        session's score (so it alerts as that line's `is_anomaly` says); None when empty."""
+        worst = self.worst
+        return dataclasses.replace(worst, score=self.score) if worst is not None else None
+
 
 @dataclass(frozen=True)
 class Step:

@@ -428,8 +428,7 @@ class _Scorer:
             scored = self.detector.score_streams(streams_from_sessions(batch))
             for session, result in zip(batch, scored, strict=True):
                 if result.worst is not None:  # the session alert: its worst line, the session's score
-                    worst = dataclasses.replace(result.worst, score=result.score)
-                    unit = self._unit(result.worst, worst, session.label, index, numbers[index])
+                    unit = self._unit(result.worst, result.scored, session.label, index, numbers[index])
                     unit.at = _line_at(session, result.worst)
                     self.tally.add(unit)
                 index += 1

@@ -145,7 +145,7 @@ class Scorer:
             line = ScoredLine(
                 record, score, threshold, surprisal, level, mined.template_id, mined.template,
                 novel=mined.cluster > self.known, verdict=verdict,
-                burst=burst or 0.0, words=words if burst is not None else None,
+                burst=burst or 0.0, words=words,
             )  # fmt: skip
             if self.online is not None and verdict != "anomaly":
                 # the tail is of surprisal: a line beyond it by its surprisal alone stays out
