@@ -44,6 +44,13 @@ _WORD = re.compile(r"<[A-Z][A-Z0-9_]*>|\w+(?:[.-]\w+)*")
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
 
 
+def odds(nats: float) -> str:
+    """The N of "1 in N" for a probability of e**-nats: "2,981", or "10^12" when tiny."""
+    if nats < math.log(1e6):
+        return f"{math.exp(nats):,.0f}"
+    return f"10^{nats / math.log(10):.0f}"
+
+
 @dataclass(frozen=True)
 class Word:
     """One word of the line and how surprising the model found it."""
@@ -57,9 +64,7 @@ class Word:
     @property
     def chance(self) -> str:
         """The model's probability of this word here: "1 in 2,981", or "1 in 10^12" when tiny."""
-        if self.nats < math.log(1e6):
-            return f"1 in {math.exp(self.nats):,.0f}"
-        return f"1 in 10^{self.nats / math.log(10):.0f}"
+        return f"1 in {odds(self.nats)}"
 
     @property
     def reason(self) -> str:
@@ -112,7 +117,7 @@ class Explanation:
             parts.append("the line's template is new to the model")
         if self.burst >= BURST_SHOWN:
             parts.append(
-                f"its template comes in a burst (a rate normal lines reach once in {10**self.burst:,.0f})"
+                f"its template comes in a burst (a rate normal lines reach once in {odds(self.burst * math.log(10))})"
             )
         if not parts:
             return "no single word stands out: the line's shape (punctuation, its end) is unusual"

@@ -12,7 +12,7 @@ from logstream.consumers.inputs import parse_lines
 from logstream.detector import Detector
 from logstream.engine.tokenizer import LineTokenizer, train_tokenizer
 from logstream.evaluation.synth import INCIDENT_KINDS, STREAM_KEY, generate_lines
-from logstream.text.explain import explain_line, line_token_offsets, mask_with_map
+from logstream.text.explain import Explanation, explain_line, line_token_offsets, mask_with_map
 from logstream.text.normalize import DEFAULT_RULES, Normalizer
 
 NORMALIZER = Normalizer()
@@ -153,3 +153,11 @@ def test_a_long_line_is_compacted_around_its_words(tokenizer: LineTokenizer) -> 
     assert ("an110", True) in compact
     assert sum(len(text) for text, _ in compact) < 200 < len(line)
     assert explanation.compact(10_000) == explanation.segments
+
+
+@pytest.mark.parametrize(("burst", "said"), [(3.0, "once in 1,000)"), (60.0, "once in 10^60)"), (1.0, None)])
+def test_a_burst_is_named_in_the_summary_by_its_rarity(burst: float, said: str | None) -> None:
+    """A burst's rarity reads like a word's chance: a number, or a power of ten when tiny; one
+    more common than BURST_SHOWN is not named."""
+    summary = Explanation("x", (), (("x", False),), burst=burst).summary
+    assert (said in summary) if said else "burst" not in summary
