@@ -54,7 +54,7 @@ from logstream.evaluation.metrics import auc_pr, false_alarms_per_1000, precisio
 from logstream.evaluation.peers import line_peers, session_peers
 from logstream.evaluation.traces import traces
 from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
-from logstream.lifecycle.train import TrainConfig, heldout_split, save, train
+from logstream.lifecycle.train import TrainConfig, heldout_split, lines_before, save, train
 from logstream.records import LogRecord, Stream
 from logstream.scoring.calibration import (
     CRITICAL_MARGIN,
@@ -187,6 +187,7 @@ class Outputs:
     heldout: list[StreamOutput]
     scored: list[StreamOutput]
     templates: list[str]  # the model's known templates (the miner's seed)
+    before: list[list[str]]  # per held-out stream, the masked lines its stream wrote before it
 
 
 def model_for(case: Case, out: Path) -> tuple[Detector, Path]:
@@ -240,11 +241,12 @@ def outputs_for(case: Case, out: Path) -> Outputs:
     cache = model_dir / f"outputs-{scored}.pkl"
     if cache.exists():
         return pickle.loads(cache.read_bytes())
-    _, heldout = heldout_split(case.baseline, train_config(case))
+    rest, heldout = heldout_split(case.baseline, train_config(case))
     outputs = Outputs(
         run_model(detector, heldout, ends=True),
         run_model(detector, case.scored, ends=case.sessions),
         list(detector.meta.get("templates", [])),
+        [[detector.normalizer.mask(line) for line in lines] for lines in lines_before(rest, heldout)],
     )
     cache.write_bytes(pickle.dumps(outputs))
     return outputs
@@ -279,12 +281,17 @@ def _scored(scorer: Scorer, streams: list[StreamOutput], threshold: float) -> li
 def heldout_of(config: ScoringConfig, outputs: Outputs) -> list[HeldOut]:
     """What `train.calibrate` gathers of the held-out streams, from the cached output."""
     scorer = Scorer(Calibration(config=config), outputs.templates)
+    before = [scorer.templates(masked) for masked in outputs.before]
     lines = _scored(scorer, outputs.heldout, Calibration(config=config).threshold())
     return [
         HeldOut(
-            [x.surprisal for x in scored], [x.template_id for x in scored], [x.level for x in scored], s.end
+            [x.surprisal for x in scored],
+            [x.template_id for x in scored],
+            [x.level for x in scored],
+            s.end,
+            b,
         )
-        for s, scored in zip(outputs.heldout, lines, strict=True)
+        for s, scored, b in zip(outputs.heldout, lines, before, strict=True)
     ]
 
 

@@ -217,5 +217,5 @@ def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> T
     }
     detector = Detector(model, tokenizer, meta, device="cpu")
     scoring = Calibration.from_json(meta["calibration"]).config
-    meta["calibration"] = calibrate(detector, heldout, scoring).to_json()
+    meta["calibration"] = calibrate(detector, heldout, scoring, streams).to_json()
     return Trained(model, tokenizer, meta)

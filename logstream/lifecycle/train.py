@@ -39,6 +39,7 @@ from logstream.engine.model import PRESETS, build_model, save_model_dir
 from logstream.engine.tokenizer import LineTokenizer, prompt_ids, train_tokenizer
 from logstream.errors import UserError
 from logstream.records import Stream
+from logstream.scoring.bursts import HORIZON
 from logstream.scoring.calibration import Calibration, HeldOut, fit_heldout
 from logstream.scoring.config import ScoringConfig
 from logstream.scoring.gpd import MIN_SAMPLES
@@ -140,6 +141,16 @@ def split_heldout(streams: list[Stream], fraction: float) -> tuple[list[Stream],
         train.append(Stream(s.name, s.lines[:cut], ended=False))
         heldout.append(Stream(f"{s.name}#heldout", s.lines[cut:], ended=s.ended))
     return train, heldout
+
+
+def lines_before(train: list[Stream], heldout: list[Stream]) -> list[list[str]]:
+    """Per held-out stream, the lines its bursts count after (`bursts`). A held-out stream
+    counts from its own first line, as a scored stream does, so it has burst evidence once it
+    has written a horizon; a held-out tail too short for that (a baseline of many hosts, each
+    holding out a few dozen lines) would have none, and counts after the last HORIZON lines
+    its stream wrote in training instead."""
+    tails = {f"{s.name}#heldout": s.lines[-HORIZON:] for s in train}
+    return [tails.get(s.name, []) if len(s.lines) < HORIZON else [] for s in heldout]
 
 
 def heldout_split(streams: list[Stream], config: TrainConfig) -> tuple[list[Stream], list[Stream]]:
@@ -335,15 +346,22 @@ def fit(
     return Fitted(step, best_step, smoothed, best if best_state is not None else None)
 
 
-def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) -> Calibration:
+def calibrate(
+    detector: Detector, heldout: list[Stream], config: ScoringConfig, train: list[Stream]
+) -> Calibration:
     """Fit the detector's calibration to what it observes on held-out baseline streams
-    (`calibration.fit_heldout`). No labels are involved."""
+    (`calibration.fit_heldout`), each after the lines its stream wrote in `train`
+    (`lines_before`). No labels are involved."""
     detector.reset()
     detector.calibration = Calibration(config=config)  # no tails yet: observations only
+    before = [
+        detector.scorer.templates(map(detector.normalizer.mask, lines))
+        for lines in lines_before(train, heldout)
+    ]
     streams = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
-        for session in detector.score_streams(heldout[start : start + group], ends=True):
+        for k, session in enumerate(detector.score_streams(heldout[start : start + group], ends=True)):
             lines = session.lines
             streams.append(
                 HeldOut(
@@ -351,6 +369,7 @@ def calibrate(detector: Detector, heldout: list[Stream], config: ScoringConfig) 
                     [s.template_id for s in lines],
                     [s.level for s in lines],
                     session.end.surprisal if session.end is not None else None,
+                    before[start + k],
                 )
             )
     detector.calibration = calibration = fit_heldout(config, streams)
@@ -427,7 +446,7 @@ def train(
         "quiet_baseline": {source: r.to_json() for source, r in learn_baseline(streams).items()},
     }
     detector = Detector(model, tokenizer, meta, device="cpu")
-    meta["calibration"] = calibrate(detector, heldout, config.scoring).to_json()
+    meta["calibration"] = calibrate(detector, heldout, config.scoring, train_streams).to_json()
     return Trained(model, tokenizer, meta)
 
 

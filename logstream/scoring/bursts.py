@@ -9,8 +9,10 @@ Binomial(n, window / HORIZON), and the burst evidence is `-log10 P(Binomial(n, w
 HORIZON) >= k)`. A template new to the stream that comes k times in the window scores
 `k * log10(HORIZON / window)`: rarity, and rate, in one number. The statistic is read only
 once a stream has written a whole horizon, so it means the same in every stream and at
-every hour; its tail is fitted on held-out lines (`Calibration.burst`), and the horizon fits
-twice in the smallest held-out sample (`train.MIN_HELDOUT_LINES`).
+every hour. Its tail is fitted on held-out lines (`Calibration.burst`), and the horizon fits
+twice in the smallest held-out sample (`train.MIN_HELDOUT_LINES`); a baseline of many hosts,
+each holding out fewer lines than a horizon, counts each host's held-out tail after the lines
+that host wrote in training (`train.lines_before`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,12 @@ class BurstCounter:
         return binomial_tail(self.in_window[template], self.in_history[template], self.window / self.horizon)
 
 
-def burst_evidence(templates: Iterable[Hashable], window: int) -> list[float | None]:
-    """Each line's burst evidence in one stream, in order."""
+def burst_evidence(
+    templates: Iterable[Hashable], window: int, before: Iterable[Hashable] = ()
+) -> list[float | None]:
+    """Each line's burst evidence in one stream, in order; `before`: the templates of the lines
+    the stream wrote before these, which count but are not scored."""
     counter = BurstCounter(window)
+    for t in before:
+        counter.observe(t)
     return [counter.observe(t) for t in templates]

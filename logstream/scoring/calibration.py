@@ -13,7 +13,8 @@ ordinary; the prior is an axis that neither training nor calibration can learn a
 A line's template can also come in a burst (`bursts`: far more often in the stream's last
 lines than before), which its words alone do not show. The burst evidence has its own tail,
 fitted on the held-out lines too (those past a stream's first horizon, which have a rate to
-compare with), and the two tail scores combine as independent tests
+compare with; a held-out tail shorter than a horizon counts after its stream's last training
+lines, `train.lines_before`), and the two tail scores combine as independent tests
 (Fisher's product of p-values): with s the sum of both, the line's p is 10**-s (1 + s ln 10),
 the chance that two uniform p-values multiply to that little. One strong piece of evidence
 still alerts, two moderate ones alert together, and a normal line alerts no more often than
@@ -39,6 +40,7 @@ while MIN_SAMPLES held-out sessions are that long, so the data sets them, not a 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -75,6 +77,7 @@ class Calibration:
     burst: TailFit | None = None  # of the held-out lines' burst evidence (`bursts`)
     stretches: list[TailFit] = field(default_factory=list)  # of their highest 2, 4, 8, ... line means
     line_reference: list[float] = field(default_factory=list)  # sorted held-out samples
+    burst_reference: list[float] = field(default_factory=list)
     end_reference: list[float] = field(default_factory=list)
     session_reference: list[float] = field(default_factory=list)
     heldout_lines: int = 0
@@ -102,8 +105,20 @@ class Calibration:
         prior = self.config.prior(level)
         if self.burst is None or burst is None:
             return words + prior, words + prior, None
-        rate = self.burst.score(burst)
+        rate = self.burst_score(burst)
         return fisher(words, rate) + prior, words + prior, rate
+
+    def burst_score(self, evidence: float) -> float:
+        """The burst tail's score, but never past the share of held-out lines with at least this
+        evidence: the evidence is discrete (a count in a window), and a step that many normal
+        lines share is as common as their share says, where a continuous tail fitted over such
+        steps can put it orders of magnitude out."""
+        rate = self.burst.score(evidence) if self.burst is not None else 0.0
+        reference = self.burst_reference
+        if reference and evidence <= reference[-1]:
+            share = (len(reference) - bisect.bisect_left(reference, round(evidence, 5))) / len(reference)
+            rate = min(rate, -math.log10(share))
+        return rate
 
     def end_score(self, nll: float) -> float:
         """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""
@@ -155,7 +170,7 @@ class Calibration:
 
 
 FITS = ("line", "end", "session", "burst")
-REFERENCES = ("line_reference", "end_reference", "session_reference")
+REFERENCES = ("line_reference", "end_reference", "session_reference", "burst_reference")
 COUNTS = ("heldout_lines", "heldout_sessions")
 
 
@@ -225,9 +240,13 @@ def fit_bursts(calibration: Calibration, streams: list[HeldOut]) -> None:
     template counts of one short session say nothing of a rate)."""
     window = calibration.config.burst_window
     evidence = [
-        x for s in streams if s.end is None for x in burst_evidence(s.templates, window) if x is not None
+        x
+        for s in streams
+        if s.end is None
+        for x in burst_evidence(s.templates, window, s.before)
+        if x is not None
     ]
-    calibration.burst = _fit(evidence)[0]
+    calibration.burst, calibration.burst_reference = _fit(evidence)
 
 
 @dataclass(frozen=True)
@@ -238,6 +257,7 @@ class HeldOut:
     templates: list[int | None]  # per line, its template id (a burst is one incident)
     levels: list[str | None]  # per line
     end: float | None = None  # the end-of-stream token's NLL (None: the stream did not end)
+    before: list[int | None] = field(default_factory=list)  # templates counted first (`train.lines_before`)
 
 
 def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:

@@ -20,7 +20,7 @@ run the stages again over cached model output with other constants (benchmarks/q
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,6 +109,10 @@ class Scorer:
     def close(self, stream: str) -> None:
         """Forget a stream's bursts (its template counts)."""
         self.bursts.pop(stream, None)
+
+    def templates(self, masked: Iterable[str]) -> list[int]:
+        """The template of each masked line, as scoring mines them."""
+        return [self.miner.add(text).template_id for text in masked]
 
     def _burst(self, stream: str, template_id: int) -> float | None:
         """The line's burst evidence in its stream; None without a burst tail (nothing reads it)."""

@@ -11,6 +11,7 @@ from logstream.lifecycle.train import (
     Stream,
     TrainConfig,
     fit,
+    lines_before,
     make_examples,
     robust_token_weights,
     split_heldout,
@@ -18,6 +19,7 @@ from logstream.lifecycle.train import (
     train,
     validation_loss,
 )
+from logstream.scoring.bursts import HORIZON
 
 
 def test_robust_weights_cap_only_the_highest_loss_lines() -> None:
@@ -37,6 +39,22 @@ def test_few_streams_hold_out_each_tail() -> None:
     train_part, heldout = split_heldout(streams, 0.1)
     assert [s.lines[-1] for s in train_part] == ["a44", "b17"]
     assert [s.lines for s in heldout] == [[f"a{i}" for i in range(45, 50)], ["b18", "b19"]]
+
+
+def test_a_short_held_out_tail_counts_its_bursts_after_its_training_lines() -> None:
+    """A held-out tail counts its bursts from its own first line, as a scored stream does; one
+    shorter than the burst horizon would never have evidence, so it counts after the last
+    HORIZON lines its stream wrote in training. Held-out whole streams have none before them."""
+    streams = [
+        Stream("long", [f"l{i}" for i in range(20 * HORIZON)]),
+        Stream("short", [f"s{i}" for i in range(3 * HORIZON)]),
+    ]
+    train_part, heldout = split_heldout(streams, 0.1)
+    before = lines_before(train_part, heldout)
+    assert len(heldout[0].lines) >= HORIZON and before[0] == []
+    assert len(heldout[1].lines) < HORIZON and before[1] == train_part[1].lines[-HORIZON:]
+    many = [Stream(f"host-{k}", [f"h{k}-{i}" for i in range(10)]) for k in range(30)]
+    assert lines_before(*split_heldout(many, 0.1)) == [[]] * 3
 
 
 def test_continued_training_leaves_the_earlier_model_untouched() -> None:

@@ -4,6 +4,7 @@ combination with the words' evidence."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from logstream.scoring.bursts import HORIZON, BurstCounter, binomial_tail, burst_evidence
 from logstream.scoring.calibration import Calibration, HeldOut, fisher, fit_heldout
 from logstream.scoring.config import ScoringConfig
+from logstream.scoring.gpd import fit_tail, reference_sample
 
 WINDOW = 16
 
@@ -75,6 +77,50 @@ def test_fisher_is_calibrated_for_independent_tests() -> None:
     assert fisher(3.0, 2.0) > fisher(3.0, 0.0) > 3.0 - 1.0
 
 
+def test_a_held_out_tail_counts_after_the_lines_its_stream_wrote_before() -> None:
+    """A held-out tail continues its stream's training lines, so its bursts count from its first
+    line; a baseline of many hosts, each holding out fewer lines than a horizon, then has a
+    burst tail, where without the lines before it would have none (and score words alone)."""
+    assert all(
+        x is not None for x in burst_evidence(steady(10, seed=11), WINDOW, before=steady(HORIZON, seed=12))
+    )
+    rng = np.random.default_rng(13)
+    hosts = [
+        HeldOut(
+            rng.exponential(size=50).tolist(),
+            steady(50, seed=s),
+            [None] * 50,
+            before=steady(HORIZON, seed=100 + s),
+        )
+        for s in range(8)
+    ]
+    assert fit_heldout(ScoringConfig(burst_window=WINDOW), hosts).burst is not None
+    alone = [replace(h, before=[]) for h in hosts]
+    assert fit_heldout(ScoringConfig(burst_window=WINDOW), alone).burst is None
+
+
+# A multi-host baseline's held-out burst evidence, as one synthetic model's held out: few
+# values (a count in a window), the top one shared by 47 of 297 lines
+STEPS = {0.1843: 7, 0.1899: 4, 0.2082: 45, 0.2584: 73, 0.2656: 45, 0.2729: 7, 0.2881: 21, 0.296: 2,
+         0.3041: 21, 0.3102: 24, 0.3318: 47, 0.5594: 1}  # fmt: skip
+
+
+def test_a_step_many_normal_lines_share_scores_as_common_as_it_is() -> None:
+    """The burst evidence is discrete: a continuous tail fitted over its steps puts the top
+    step, which 16% of the held-out lines reach, past -log10(0.05). The burst score is never
+    past the held-out share at or above the evidence, so no more than 10**-t of the held-out
+    lines score above t."""
+    evidence = [x for x, k in STEPS.items() for _ in range(k)]
+    fit, reference = fit_tail(evidence), reference_sample(evidence)
+    calibration = Calibration(burst=fit, burst_reference=reference)
+    tail = np.array([fit.score(x) for x in evidence])
+    scores = np.array([calibration.burst_score(x) for x in evidence])
+    assert np.mean(tail > 1.3) > 0.1  # the fit alone: 16% of normal lines past p = 0.05
+    for t in (0.3, 0.7, 1.0, 1.3, 2.0, 3.0):
+        assert np.mean(scores > t) <= 10**-t, t
+    assert calibration.burst_score(5.0) == fit.score(5.0)  # past every held-out line: the tail
+
+
 def test_a_calibrated_burst_alerts_where_its_words_do_not() -> None:
     """Fitted on a held-out steady stream, normal lines pass the threshold at about the rate it
     names; a template bursting in fresh lines alerts, each of its lines ordinary in its words."""
@@ -110,9 +156,10 @@ def test_the_burst_tail_survives_the_model_file_and_old_files_load_without_it() 
     calibration = fit_heldout(ScoringConfig(burst_window=8), [heldout])
     loaded = Calibration.from_json(calibration.to_json())
     assert loaded.burst is not None and loaded.burst.to_json() == calibration.burst.to_json()
+    assert loaded.burst_reference == calibration.burst_reference != []
     assert loaded.config.burst_window == 8
     old = calibration.to_json()
-    del old["burst"], old["config"]["burst_window"]
+    del old["burst"], old["burst_reference"], old["config"]["burst_window"]
     assert Calibration.from_json(old).burst is None
     assert Calibration.from_json(old).line_score(2.0, None, burst=50.0) == calibration.line.score(2.0)
 
