@@ -116,6 +116,7 @@ class Calibration:
         rate = self.burst.score(evidence) if self.burst is not None else 0.0
         reference = self.burst_reference
         if reference and evidence <= reference[-1]:
+            # the reference is stored to 5 places (`reference_sample`): compare at that precision
             share = (len(reference) - bisect.bisect_left(reference, round(evidence, 5))) / len(reference)
             rate = min(rate, -math.log10(share))
         return rate
