@@ -2,17 +2,21 @@
 
 A storm of accepted connections, a flood of failed logins, a restart loop: each line of it may
 be ordinary, and the model, which reads the stream's recent lines, finds the tenth copy less
-surprising than the first. What is unusual is how many there are. Of a line's template, with
-`k` of the stream's last `window` lines and `n` of its last `HORIZON` (the window included):
-if the template came at a steady rate, the window's share of its `n` lines would be
-Binomial(n, window / HORIZON), and the burst evidence is `-log10 P(Binomial(n, window /
-HORIZON) >= k)`. A template new to the stream that comes k times in the window scores
-`k * log10(HORIZON / window)`: rarity, and rate, in one number. The statistic is read only
-once a stream has written a whole horizon, so it means the same in every stream and at
-every hour. Its tail is fitted on held-out lines (`Calibration.burst`), and the horizon fits
-twice in the smallest held-out sample (`train.MIN_HELDOUT_LINES`); a baseline of many hosts,
-each holding out fewer lines than a horizon, counts each host's held-out tail after the lines
-that host wrote in training (`train.lines_before`).
+surprising than the first. What is unusual is how many there are. The line itself is always
+the newest of the window, so it is not evidence of its own burst: of its template's *other*
+lines, with `k` of the stream's `window - 1` lines before it and `n` of its last `HORIZON - 1`
+(the window's included), a steady rate would put Binomial(n, (window - 1) / (HORIZON - 1)) of
+them in the window, and the burst evidence is `-log10 P(Binomial >= k)`: on a steady stream, a
+p-value. A line whose template has no other line in the window has no burst to test (None):
+its words alone score it, where a test that cannot reject (p = 1) would only cost its words
+the price of combining (`calibration.fisher`). A template new to the stream that comes k
+times in a row scores about `(k - 1) * log10(HORIZON / window)` at its k-th line. The
+statistic is read only once a stream has written a whole horizon, so it means the same in
+every stream and at every hour. Its tail is fitted on the held-out lines that have some
+(`Calibration.burst`), and the horizon fits twice in the smallest held-out sample
+(`train.MIN_HELDOUT_LINES`); a baseline of many hosts, each holding out fewer lines than a
+horizon, counts each host's held-out tail after the lines that host wrote in training
+(`train.lines_before`).
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ class BurstCounter:
         self.in_history: Counter[Hashable] = Counter()
 
     def observe(self, template: Hashable) -> float | None:
-        """Count the line's template; its burst evidence (`binomial_tail`; None until the stream
-        has written a whole horizon: before, the statistic would mean another thing)."""
+        """Count the line's template; its burst evidence (`binomial_tail`). None until the stream
+        has written a whole horizon (before, the statistic would mean another thing), and when
+        no other line of the template is in the window (no burst to test)."""
         for lines, counts, size in (
             (self.recent, self.in_window, self.window),
             (self.history, self.in_history, self.horizon),
@@ -63,9 +68,10 @@ class BurstCounter:
             counts[template] += 1
             if len(lines) > size:
                 counts[lines.popleft()] -= 1
-        if len(self.history) < self.horizon:
+        if len(self.history) < self.horizon or self.in_window[template] == 1:
             return None
-        return binomial_tail(self.in_window[template], self.in_history[template], self.window / self.horizon)
+        others = (self.window - 1) / (self.horizon - 1)  # the share of the other lines in the window
+        return binomial_tail(self.in_window[template] - 1, self.in_history[template] - 1, others)
 
 
 def burst_evidence(

@@ -13,8 +13,9 @@ ordinary; the prior is an axis that neither training nor calibration can learn a
 A line's template can also come in a burst (`bursts`: far more often in the stream's last
 lines than before), which its words alone do not show. The burst evidence has its own tail,
 fitted on the held-out lines too (those past a stream's first horizon, which have a rate to
-compare with; a held-out tail shorter than a horizon counts after its stream's last training
-lines, `train.lines_before`), and the two tail scores combine as independent tests
+compare with, whose template came in the window before; a held-out tail shorter than a horizon
+counts after its stream's last training lines, `train.lines_before`), and never past the
+evidence itself, a p-value at a steady rate. The two tail scores combine as independent tests
 (Fisher's product of p-values): with s the sum of both, the line's p is 10**-s (1 + s ln 10),
 the chance that two uniform p-values multiply to that little. One strong piece of evidence
 still alerts, two moderate ones alert together, and a normal line alerts no more often than
@@ -112,14 +113,16 @@ class Calibration:
         """The burst tail's score, but never past the share of held-out lines with at least this
         evidence: the evidence is discrete (a count in a window), and a step that many normal
         lines share is as common as their share says, where a continuous tail fitted over such
-        steps can put it orders of magnitude out."""
+        steps can put it orders of magnitude out. Nor past the evidence itself, the burst's
+        p-value at a steady rate: normal lines come at least as bursty as that, and a tail that
+        says otherwise extrapolates from a few hundred held-out lines."""
         rate = self.burst.score(evidence) if self.burst is not None else 0.0
         reference = self.burst_reference
         if reference and evidence <= reference[-1]:
             # the reference is stored to 5 places (`reference_sample`): compare at that precision
             share = (len(reference) - bisect.bisect_left(reference, round(evidence, 5))) / len(reference)
             rate = min(rate, -math.log10(share))
-        return rate
+        return min(rate, evidence)
 
     def end_score(self, nll: float) -> float:
         """A stream end's tail score; 0 (no evidence) without an end tail: raw NLL is not a score."""

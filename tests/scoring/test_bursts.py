@@ -38,7 +38,7 @@ def steady(n: int, seed: int, templates: int = 12) -> list[int]:
 
 
 def test_no_evidence_until_a_whole_horizon() -> None:
-    evidence = burst_evidence(steady(HORIZON + 10, seed=1), WINDOW)
+    evidence = burst_evidence(["a"] * (HORIZON + 10), WINDOW)
     assert all(x is None for x in evidence[: HORIZON - 1])
     assert all(x is not None for x in evidence[HORIZON - 1 :])
 
@@ -48,10 +48,11 @@ def test_a_burst_stands_out_of_a_steady_stream() -> None:
     copy to far beyond anything the steady lines reach."""
     lines = steady(500, seed=2)
     counter = BurstCounter(WINDOW)
-    normal = [counter.observe(t) for t in lines][HORIZON:]
-    burst = [counter.observe("new") for _ in range(12)]
+    normal = [x for x in [counter.observe(t) for t in lines][HORIZON:] if x is not None]
+    first, *burst = [counter.observe("new") for _ in range(12)]
+    assert first is None  # no other line of it yet: nothing to test
     assert burst == sorted(burst) and burst[-1] > 10
-    assert burst[3] > max(normal)  # four copies already
+    assert burst[3] > max(normal)  # five copies already
 
 
 def test_streams_count_apart() -> None:
@@ -60,10 +61,31 @@ def test_streams_count_apart() -> None:
     for t in steady(HORIZON, seed=3):
         one.observe(t)
         other.observe(t)
-    assert one.observe("new") > 0.5
     for _ in range(8):
         one.observe("new")
-    assert one.observe("new") > other.observe("new") + 5
+    assert one.observe("new") > 5
+    assert other.observe("new") is None
+
+
+def test_a_line_is_not_evidence_of_its_own_burst() -> None:
+    """A template's first line in the stream has no burst to test (its rarity is the words'
+    to say: counting it here too would count it twice); its second, right after, has one."""
+    counter = BurstCounter(WINDOW)
+    for t in steady(HORIZON, seed=14):
+        counter.observe(t)
+    assert counter.observe("new") is None
+    assert counter.observe("new") == pytest.approx(-math.log10((WINDOW - 1) / (HORIZON - 1)))
+
+
+@pytest.mark.parametrize("templates", [12, 200])
+def test_on_a_steady_stream_the_evidence_is_a_p_value(templates: int) -> None:
+    """Templates at fixed rates: no more than 10**-t of the lines have evidence t or more (a
+    line with no burst to test has none: 0). A statistic that counted the line itself in its
+    window would put 66% of the lines of a stream of 200 templates at 0.5 or more, not 32%."""
+    evidence = burst_evidence(steady(50_000, seed=15, templates=templates), WINDOW)
+    evidence = np.array([x or 0.0 for x in evidence[HORIZON - 1 :]])
+    for t in (0.5, 1.0, 1.5, 2.0, 3.0):
+        assert np.mean(evidence >= t) <= 10**-t, t
 
 
 def test_fisher_is_calibrated_for_independent_tests() -> None:
@@ -81,9 +103,10 @@ def test_a_held_out_tail_counts_after_the_lines_its_stream_wrote_before() -> Non
     """A held-out tail continues its stream's training lines, so its bursts count from its first
     line; a baseline of many hosts, each holding out fewer lines than a horizon, then has a
     burst tail, where without the lines before it would have none (and score words alone)."""
-    assert all(
+    assert any(
         x is not None for x in burst_evidence(steady(10, seed=11), WINDOW, before=steady(HORIZON, seed=12))
     )
+    assert all(x is None for x in burst_evidence(steady(10, seed=11), WINDOW))
     rng = np.random.default_rng(13)
     hosts = [
         HeldOut(
@@ -109,7 +132,7 @@ def test_a_step_many_normal_lines_share_scores_as_common_as_it_is() -> None:
     """The burst evidence is discrete: a continuous tail fitted over its steps puts the top
     step, which 16% of the held-out lines reach, past -log10(0.05). The burst score is never
     past the held-out share at or above the evidence, so no more than 10**-t of the held-out
-    lines score above t."""
+    lines score above t; nor past the evidence, its p-value at a steady rate."""
     evidence = [x for x, k in STEPS.items() for _ in range(k)]
     fit, reference = fit_tail(evidence), reference_sample(evidence)
     calibration = Calibration(burst=fit, burst_reference=reference)
@@ -118,7 +141,11 @@ def test_a_step_many_normal_lines_share_scores_as_common_as_it_is() -> None:
     assert np.mean(tail > 1.3) > 0.1  # the fit alone: 16% of normal lines past p = 0.05
     for t in (0.3, 0.7, 1.0, 1.3, 2.0, 3.0):
         assert np.mean(scores > t) <= 10**-t, t
-    assert calibration.burst_score(5.0) == fit.score(5.0)  # past every held-out line: the tail
+    # past every held-out line, the tail, but never past the evidence itself: the fit alone
+    # would call evidence 5 (once in 10**5 at a steady rate) once in 10**384
+    assert fit.score(5.0) > 100
+    assert calibration.burst_score(5.0) == 5.0
+    assert all(calibration.burst_score(x) <= x for x in np.linspace(0.0, 10.0, 101))
 
 
 def test_a_calibrated_burst_alerts_where_its_words_do_not() -> None:
