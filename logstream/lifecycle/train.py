@@ -361,7 +361,8 @@ def calibrate(
     streams = []
     group = detector.engine.max_streams  # streams scored together in one batch
     for start in range(0, len(heldout), group):
-        for k, session in enumerate(detector.score_streams(heldout[start : start + group], ends=True)):
+        batch = detector.score_streams(heldout[start : start + group], ends=True)
+        for session, templates_before in zip(batch, before[start : start + group], strict=True):
             lines = session.lines
             streams.append(
                 HeldOut(
@@ -369,7 +370,7 @@ def calibrate(
                     [s.template_id for s in lines],
                     [s.level for s in lines],
                     session.end.surprisal if session.end is not None else None,
-                    before[start + k],
+                    templates_before,
                 )
             )
     detector.calibration = calibration = fit_heldout(config, streams)
