@@ -58,7 +58,7 @@ from logstream.errors import UserError
 from logstream.metrics import FEEDBACK_REFRESH_ERRORS, FEEDBACK_RULES
 from logstream.rotating import rotated_files
 from logstream.text.normalize import Normalizer
-from logstream.text.patterns import PatternMiner
+from logstream.text.patterns import PatternMiner, split_tokens
 
 if TYPE_CHECKING:
     pass
@@ -246,7 +246,7 @@ def literal_share(template: str) -> tuple[int, int]:
     """(literal tokens, tokens) of a template as the miner counts them: a token is literal
     when it holds a letter or digit outside its masks; the leading run of masks (the
     header, `<TS> <HOST>`) counts as one token."""
-    tokens = template.split()
+    tokens = split_tokens(template)
     header = _header(tokens, tokens)
     return sum(map(_is_literal, tokens[header:])), len(tokens) - header + (header > 0)
 
@@ -300,7 +300,7 @@ def valid(feedback: Feedback) -> bool:
 
 def covers(template: str, mined: str) -> bool:
     """Whether a stored template matches a mined one (see `shared_text`)."""
-    return shared_text(template.split(), mined.split()) > 0
+    return shared_text(split_tokens(template), split_tokens(mined)) > 0
 
 
 def shared_text(rule: Sequence[str], tokens: Sequence[str]) -> int:
@@ -385,7 +385,7 @@ def _compile(rows: list[Feedback], revision: tuple[int, int]) -> _Rules:
         histories.setdefault((f.template, f.stream), []).insert(0, f)
     by_length: dict[int, list[_Rule]] = {}
     for (template, stream), history in histories.items():
-        tokens = tuple(template.split())
+        tokens = tuple(split_tokens(template))
         by_length.setdefault(len(tokens), []).append(_Rule(tokens, stream, tuple(history)))
     return _Rules(revision, by_length, {})
 
@@ -518,7 +518,7 @@ class FeedbackRules:
         rules = self._rules
         hit = rules.cache.get(mined)
         if hit is None:
-            tokens = mined.split()
+            tokens = split_tokens(mined)
             ranked = [
                 ((shared, scope_rank(r.stream)), r)
                 for r in rules.by_length.get(len(tokens), ())

@@ -59,13 +59,25 @@ class Mined:
     cluster: int  # drain3's cluster number: 1..n for the n templates a miner was seeded with
 
 
+EXTRA_DELIMITERS = ("|",)  # pipe-separated formats (HealthApp) are fields too
+
+
+def split_tokens(text: str) -> list[str]:
+    """A masked line's or a template's tokens as the miner splits them (drain3's
+    `get_content_as_tokens`): at whitespace and at the extra delimiters. Whatever matches
+    templates against lines splits this way, or a pipe-separated line is one long token."""
+    for delimiter in EXTRA_DELIMITERS:
+        text = text.replace(delimiter, " ")
+    return text.split()
+
+
 def _miner_config(similarity: float, depth: int, max_templates: int) -> TemplateMinerConfig:
     config = TemplateMinerConfig()
     config.drain_max_clusters = max_templates
     config.drain_sim_th = similarity
     config.drain_depth = depth
     config.masking_instructions = []  # normalize.py already masked variables
-    config.drain_extra_delimiters = ["|"]  # pipe-separated formats (HealthApp) are fields too
+    config.drain_extra_delimiters = list(EXTRA_DELIMITERS)
     config.profiling_enabled = False
     config.parametrize_numeric_tokens = False
     return config

@@ -72,6 +72,27 @@ def test_replay_and_tail_obey_an_anomaly_verdict(
     assert rows[quiet]["text"] in tailed(log, synthetic_model_dir, "--feedback", db)
 
 
+def test_a_verdict_holds_on_a_pipe_separated_layout(
+    log: Path, synthetic_model_dir: Path, tmp_path: Path
+) -> None:
+    """In a layout whose fields are separated by `|` (`<time>|<source>|<level>|<message>`, as
+    HealthApp writes), the template `feedback --at` stores has spaces where the line has pipes,
+    as the miner splits there: a "normal" verdict on an alerting line still covers it in replay
+    and tail."""
+    piped = tmp_path / "piped.log"
+    piped.write_text("".join(line.replace(" ", "|", 3) + "\n" for line in log.read_text().splitlines()))
+    rows = scored(piped, synthetic_model_dir)
+    loud = next(n for n, row in sorted(rows.items()) if row["anomaly"] and "finished in" in row["text"])
+    assert rows[loud]["text"] in tailed(piped, synthetic_model_dir)
+    db = tmp_path / "outbox.sqlite"
+    given = logstream(
+        "feedback", "normal", "--db", db, "--at", f"{piped}:{loud}", "--model", synthetic_model_dir
+    )
+    assert given.returncode == 0, given.stderr
+    assert not scored(piped, synthetic_model_dir, "--feedback", db)[loud]["anomaly"]
+    assert rows[loud]["text"] not in tailed(piped, synthetic_model_dir, "--feedback", db)
+
+
 def test_a_missing_feedback_database_is_one_line(
     log: Path, synthetic_model_dir: Path, tmp_path: Path
 ) -> None:

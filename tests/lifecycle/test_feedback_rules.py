@@ -13,6 +13,7 @@ import pytest
 
 from logstream.lifecycle.feedback import Feedback, FeedbackError, FeedbackRules, FeedbackStore
 from logstream.text.normalize import DEFAULT_RULES
+from logstream.text.patterns import PatternMiner
 
 NOW = 1_800_000_000.0
 OOM = "<TS> <HOST> kernel: Out of memory: Killed process <NUM> (<*>)"
@@ -98,6 +99,19 @@ def test_a_detailed_rule_does_not_cover_a_template_widened_past_half(tmp_path: P
     rules = _rules(tmp_path / "f.sqlite", Feedback("normal", line_rule))
     assert rules.verdict("<TS> <*> INFO http: <*> <PATH> <*> <*> <*>", "web-0", NOW) is None
     assert rules.verdict(line_rule, "web-0", NOW) == "normal"
+
+
+def test_a_rule_covers_pipe_separated_lines_as_the_miner_splits_them(tmp_path: Path) -> None:
+    """Fields separated by `|` (HealthApp's layout) are tokens to the miner, so the template it
+    mines for a line has spaces there: a rule on that template covers the line it came from
+    and the line's siblings, not only text split at whitespace."""
+    masked = "<TS>|indexer.Main|<NUM>|Shutdown hook invoked, exit code 143"
+    mined = PatternMiner().add(masked).template
+    assert mined == "<TS> indexer.Main <NUM> Shutdown hook invoked, exit code 143"
+    rules = _rules(tmp_path / "f.sqlite", Feedback("anomaly", mined.replace("143", "<*>")))
+    assert rules.verdict(masked, "app", NOW) == "anomaly"
+    assert rules.verdict(masked.replace("143", "1"), "app", NOW) == "anomaly"
+    assert rules.verdict(masked.replace("Shutdown", "Startup"), "app", NOW) is None
 
 
 def test_anomaly_wins_a_tie_whatever_the_order(tmp_path: Path) -> None:
