@@ -20,7 +20,8 @@ depend on the scoring constants, so it is computed once per log and cached; the 
 constants chosen on data (CHOICES). For each log, the constants are those that maximise the
 mean of AUC-PR and F1 over the *other* groups of logs (a group: the logs of one system), and
 that log's figure is measured with them: the headline is the mean of these held-out figures,
-with the worst log beside it. The shipped defaults are the choice over every log.
+with the worst log beside it. It also writes the choice over every log, and the code's
+defaults (`ScoringConfig()`) where they differ from it.
 
 Verdicts (`--verdicts`): an oracle answers the top-ranked group (template) not yet answered,
 by its lines' majority label, through the feedback store that `logstream feedback` writes,
@@ -535,7 +536,20 @@ def _f(value: float | None) -> str:
     return "" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.2f}"
 
 
-def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
+def code_defaults() -> dict:
+    """The code's defaults (`ScoringConfig()`) as a choice of CHOICES."""
+    config = ScoringConfig()
+    return {
+        "line_top_k": config.line_top_k,
+        "false_alarm_rate": config.false_alarm_rate,
+        "refit_every": config.refit_every,
+        "burst_window": config.burst_window,
+        "vocabulary": next((n for n, w in VOCABULARIES.items() if w == config.failure_words), "other"),
+        **{f"prior_{level}": config.prior(level) for level in ("warning", "error", "critical")},
+    }
+
+
+def markdown(results: dict, overall: dict, verdicts: list[int]) -> str:
     """The results table, the summary rows and the constants, as docs/quality.md shows them."""
     peer_names = ["severity", "rarity", "severity then rarity", "unseen 6-grams"]
     head = ["log", "AUC-PR", "F1", "false alarms /1000", *[f"AUC-PR, {k} verdicts" for k in verdicts if k],
@@ -587,10 +601,12 @@ def markdown(results: dict, shipped: dict, verdicts: list[int]) -> str:
             if ablated and "Thunderbird (clean)" in results
         ),
         "",
-        "Shipped constants (chosen on every log): "
-        + ", ".join(f"`{k}` = {v}" for k, v in shipped.items())
-        + ".",
+        "Chosen on every log: " + ", ".join(f"`{k}` = {v}" for k, v in overall.items()) + ".",
     ]
+    defaults = code_defaults()
+    if defaults != overall:
+        differ = [f"`{k}` = {v}" for k, v in defaults.items() if overall.get(k) != v]
+        summary.append(f"The code's defaults (`scoring/config.py`) differ: {', '.join(differ)}.")
     return "\n".join(rows + summary)
 
 
@@ -624,7 +640,7 @@ def main() -> None:
         per_case[case.name] = sweep(case, outputs[case.name], choices)
         print(f"  {case.name}: swept {len(choices)} choices in {time.time() - started:.0f} s", flush=True)
     (args.out / "sweep.pkl").write_bytes(pickle.dumps({"choices": choices, "per_case": per_case}))
-    shipped = choices[choose(per_case, cases, None)]
+    overall = choices[choose(per_case, cases, None)]
     results: dict[str, dict] = {}
     for case in cases:
         held_out = choices[choose(per_case, cases, case.group)]
@@ -661,10 +677,10 @@ def main() -> None:
         print(f"{case.name:22s} " + "  ".join(
             f"{name}: " + ", ".join(f"{k}={v:.3f}" for k, v in m.items() if k in ("auc_pr", "f1", "fa_per_1000"))
             for name, m in row.items() if isinstance(m, dict) and "fa_per_1000" in m), flush=True)  # fmt: skip
-    report = {"shipped": shipped, "cases": results}
+    report = {"every log": overall, "code defaults": code_defaults(), "cases": results}
     (args.out / "results.json").write_text(json.dumps(report, default=float, indent=1))
     if args.write:
-        write_doc(args.write, markdown(results, shipped, verdicts))
+        write_doc(args.write, markdown(results, overall, verdicts))
     print(json.dumps(report, default=float))
 
 

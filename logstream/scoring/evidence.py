@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LINE_TOP_K = 3  # the words whose mean surprisal is the line's: chosen leave one log out (docs/quality.md)
+LINE_TOP_K = 3  # the words whose mean surprisal is the line's: swept leave one log out (docs/quality.md)
 SESSION_TOP_K = 0  # every word: a session's lines are templates, surprising in every word
 EXPLAIN_TOKENS = 3  # surprising tokens kept to explain an alert
 
