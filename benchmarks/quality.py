@@ -603,9 +603,8 @@ def markdown(results: dict, overall: dict, verdicts: list[int]) -> str:
         "",
         "Chosen on every log: " + ", ".join(f"`{k}` = {v}" for k, v in overall.items()) + ".",
     ]
-    defaults = code_defaults()
-    if defaults != overall:
-        differ = [f"`{k}` = {v}" for k, v in defaults.items() if overall.get(k) != v]
+    differ = [f"`{k}` = {v}" for k, v in code_defaults().items() if overall.get(k) != v]
+    if differ:
         summary.append(f"The code's defaults (`scoring/config.py`) differ: {', '.join(differ)}.")
     return "\n".join(rows + summary)
 

@@ -22,7 +22,7 @@ from logstream.scoring.levels import (
 DEFAULT_LEVEL_PRIOR = {"warning": 0.0, "error": 1.5, "critical": 2.0}
 # The default sensitivity: alerts above score -log10(rate).
 DEFAULT_FALSE_ALARM_RATE = 3e-4
-BURST_WINDOW = 8  # lines in which a template's burst is counted
+BURST_WINDOW = 8
 
 
 @dataclass(frozen=True)
