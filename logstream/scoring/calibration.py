@@ -267,7 +267,7 @@ class HeldOut:
 def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
     """The calibration of held-out baseline streams: the line and end tails from their lines'
     surprisal and ends' NLL, and the session tails from each session's worst score and
-    stretches, all less the sessions that look like whole incidents (`incident_sessions`).
+    stretches, all less the sessions that look like whole incidents (`normal_sessions`).
     No labels."""
     normal = normal_sessions(streams)
     kept = [s for s in streams if s.end is None] + normal
@@ -283,23 +283,27 @@ def fit_heldout(config: ScoringConfig, streams: list[HeldOut]) -> Calibration:
 
 
 def normal_sessions(streams: list[HeldOut]) -> list[HeldOut]:
-    """The held-out streams that ended (sessions), less those that look like whole incidents."""
+    """The held-out streams that ended (sessions), less those that look like whole incidents:
+    a far-out worst line, or a far-out end (a session that stops where normal ones never do,
+    as a block write that dies after its first lines: its lines are all ordinary)."""
     sessions = [s for s in streams if s.end is not None]
     incidents = incident_sessions([max(s.surprisal, default=0.0) for s in sessions])
+    incidents |= incident_sessions([s.end for s in sessions if s.end is not None])
     return [s for k, s in enumerate(sessions) if k not in incidents]
 
 
-def incident_sessions(worst_surprisal: list[float]) -> set[int]:
-    """The held-out sessions that look like whole incidents: those whose most surprising line a
-    tail of these worst lines drops as outliers (at most SESSION_OUTLIER_SHARE of them). They
-    stay out of every tail: a baseline with a few percent of incident sessions has more
-    incident lines than the line tail's 0.5% cap can tell from rare normal lines, and they
-    would stretch the line tail, and the session tails, over every incident like them."""
-    if len(worst_surprisal) < MIN_SAMPLES:
+def incident_sessions(evidence: list[float]) -> set[int]:
+    """The held-out sessions that look like whole incidents by one piece of evidence (their
+    most surprising line's surprisal, or their end's NLL): those a tail of it drops as
+    outliers (at most SESSION_OUTLIER_SHARE of them). They stay out of every tail: a baseline
+    with a few percent of incident sessions has more incident lines than the line tail's 0.5%
+    cap can tell from rare normal lines, and they would stretch the line tail, the end tail
+    and the session tails over every incident like them."""
+    if len(evidence) < MIN_SAMPLES:
         return set()
-    dropped = fit_tail(worst_surprisal, SESSION_OUTLIER_SHARE).outliers
-    order = np.argsort(worst_surprisal, kind="stable")
-    return {int(k) for k in order[len(worst_surprisal) - dropped :]}
+    dropped = fit_tail(evidence, SESSION_OUTLIER_SHARE).outliers
+    order = np.argsort(evidence, kind="stable")
+    return {int(k) for k in order[len(evidence) - dropped :]}
 
 
 def fit_sessions(calibration: Calibration, sessions: list[HeldOut]) -> None:
