@@ -69,7 +69,7 @@ from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import SESSION_TOP_K
 from logstream.scoring.levels import GENERIC_FAILURE_WORDS, SPECIFIC_FAILURE_WORDS
 from logstream.scoring.quiet import QuietWatch, learn_baseline, source_of
-from logstream.scoring.scorer import ScoredLine, Scorer, session_evidence
+from logstream.scoring.scorer import ScoredLine, Scorer, end_of_stream, session_evidence
 from logstream.settings import MultilineSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -333,9 +333,9 @@ def score(
         return Scores(values, flagged, _rank(values, verdicts), [[x.template] for x in lines], severe)
     values, flagged, verdicts = [], [], []
     for s, lines in zip(outputs.scored, streams, strict=True):
-        end = calibration.end_score(s.end) if s.end is not None else None
-        value = calibration.session_score(session_evidence(lines), end)
-        item = ScoredSession(s.name, lines, None, value).scored  # as replay reports the session
+        end = end_of_stream(s.name, s.end, calibration, threshold) if s.end is not None else None
+        value = calibration.session_score(session_evidence(lines), end.score if end else None)
+        item = ScoredSession(s.name, lines, end, value).scored  # as replay reports the session
         values.append(value)
         flagged.append(item is not None and item.is_anomaly)
         # a confirmed or critical line alerts its session whatever its score: it ranks on top

@@ -28,7 +28,7 @@ from logstream.scoring.config import ScoringConfig
 from logstream.scoring.evidence import surprising_tokens
 from logstream.scoring.quiet import BaselineRhythm, QuietWatch
 from logstream.scoring.rules import OperatorRules
-from logstream.scoring.scorer import ScoredLine, Scorer, session_evidence
+from logstream.scoring.scorer import ScoredLine, Scorer, end_of_stream, session_evidence
 from logstream.text.explain import Explanation, explain_line, line_token_offsets
 from logstream.text.normalize import Normalizer
 
@@ -229,13 +229,7 @@ class Detector:
         scored = None
         if (self.learned_stream_ends if end is None else end) and stream in self.engine.streams:
             nll = self.engine.end_nll(stream, self.tokenizer.eos_id)
-            scored = ScoredLine(
-                record=LogRecord(line="<end of stream>", stream=stream),
-                score=self.calibration.end_score(nll),
-                threshold=self.threshold,
-                surprisal=nll,
-                kind="end",
-            )
+            scored = end_of_stream(stream, nll, self.calibration, self.threshold)
         self.engine.drop(stream)
         self.scorer.close(stream)
         return scored

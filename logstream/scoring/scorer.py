@@ -159,6 +159,18 @@ class Scorer:
         return out
 
 
+def end_of_stream(stream: str, nll: float, calibration: Calibration, threshold: float) -> ScoredLine:
+    """A stream's end as a scored item (kind "end"): its end-of-stream token's NLL against the
+    end tail. A session alert can show it: a session can be wrong only in where it stops."""
+    return ScoredLine(
+        record=LogRecord(line="<end of stream>", stream=stream),
+        score=calibration.end_score(nll),
+        threshold=threshold,
+        surprisal=nll,
+        kind="end",
+    )
+
+
 def session_evidence(lines: Sequence[ScoredLine]) -> list[float]:
     """The lines' scores as a session's evidence: a line whose template an operator marked
     normal counts as no evidence (0), so the verdict moves every session it is in."""
