@@ -84,6 +84,11 @@ VOCABULARIES: dict[str, dict[str, list[str]]] = {
     "generic": {k: list(v) for k, v in GENERIC_FAILURE_WORDS.items()},
     "generic + specific": {k: [*v, *SPECIFIC_FAILURE_WORDS[k]] for k, v in GENERIC_FAILURE_WORDS.items()},
 }
+# The ablations a line log is also scored with (the same constants), and what each leaves out
+ABLATIONS = {
+    "logstream, no rarity": "Without the rarity (the words alone say how new a line is)",
+    "logstream, words alone": "Without the burst and the rarity (the line's words alone)",
+}
 # The product's bound on a clean log (false alarms per 1,000 lines): the constants are chosen
 # among those that keep the median log within it
 FALSE_ALARM_BUDGET = 2.0
@@ -188,6 +193,7 @@ class Outputs:
     heldout: list[StreamOutput]
     scored: list[StreamOutput]
     templates: list[str]  # the model's known templates (the miner's seed)
+    counts: list[int] | None  # the baseline's lines per known template (the rarity's seed)
     before: list[list[str]]  # per held-out stream, the masked lines its stream wrote before it
 
 
@@ -247,6 +253,7 @@ def outputs_for(case: Case, out: Path) -> Outputs:
         run_model(detector, heldout, ends=True),
         run_model(detector, case.scored, ends=case.sessions),
         list(detector.meta.get("templates", [])),
+        list(detector.meta["template_counts"]),
         [[detector.normalizer.mask(line) for line in lines] for lines in lines_before(rest, heldout)],
     )
     cache.write_bytes(pickle.dumps(outputs))
@@ -321,7 +328,7 @@ def score(
 ) -> Scores:
     """The scorer's scores and alerts (a session alerts as `ScoredSession.scored` says: a
     confirmed or critical line, or its score over the threshold)."""
-    scorer = Scorer(calibration, outputs.templates, rules)
+    scorer = Scorer(calibration, outputs.templates, rules, outputs.counts)
     threshold = calibration.threshold()
     streams = _scored(scorer, outputs.scored, threshold)
     if not sessions:
@@ -416,7 +423,9 @@ def sweep(case: Case, outputs: Outputs, choices: list[dict]) -> list[dict[str, f
         config = scoring_config(base | zero, case.sessions)
         threshold = Calibration(config=config).threshold()
         calibration = calibrate(config, outputs)
-        lines = _scored(Scorer(calibration, outputs.templates), outputs.scored, threshold)
+        lines = _scored(
+            Scorer(calibration, outputs.templates, None, outputs.counts), outputs.scored, threshold
+        )
         if not case.sessions:
             plain = np.array([x.score for x in lines[0]])
             level = np.array([LEVEL_COLUMN.get(x.level or "", 0) for x in lines[0]])
@@ -591,13 +600,14 @@ def markdown(results: dict, overall: dict, verdicts: list[int]) -> str:
             if "logstream, worst line only" in r
         ),
         *(
-            f"Without the burst evidence (the line's words alone), the same constants: mean AUC-PR "
-            f"{np.mean([r['logstream, no bursts']['auc_pr'] for r in ablated]):.2f}, F1 "
-            f"{np.mean([r['logstream, no bursts']['f1'] for r in ablated]):.2f} over the {len(ablated)} "
-            f"labelled line logs (with it: AUC-PR {np.mean([r['logstream, 0 verdicts']['auc_pr'] for r in ablated]):.2f}, "
-            f"F1 {np.mean([r['logstream, 0 verdicts']['f1'] for r in ablated]):.2f}); clean Thunderbird "
-            f"{results['Thunderbird (clean)']['logstream, no bursts']['fa_per_1000']:.1f} false alarms /1000 without it."
-            for ablated in [[r for r in labelled.values() if "logstream, no bursts" in r]]
+            f"{what}, the same constants: mean AUC-PR "
+            f"{np.mean([r[key]['auc_pr'] for r in ablated]):.2f}, F1 {np.mean([r[key]['f1'] for r in ablated]):.2f} "
+            f"over the {len(ablated)} labelled line logs (with them: AUC-PR "
+            f"{np.mean([r['logstream, 0 verdicts']['auc_pr'] for r in ablated]):.2f}, F1 "
+            f"{np.mean([r['logstream, 0 verdicts']['f1'] for r in ablated]):.2f}); clean Thunderbird "
+            f"{results['Thunderbird (clean)'][key]['fa_per_1000']:.1f} false alarms /1000 without them."
+            for key, what in ABLATIONS.items()
+            for ablated in [[r for r in labelled.values() if key in r]]
             if ablated and "Thunderbird (clean)" in results
         ),
         "",
@@ -657,10 +667,12 @@ def main() -> None:
             row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, s.critical)
         if not case.sessions:
             row["stopped source"] = stopped_source(case)
-            # the ablation: the line's words alone, no burst evidence
-            words = replace(calibrate(config, outputs[case.name]), burst=None)
-            s = score(words, outputs[case.name], False)
-            row["logstream, no bursts"] = evaluate(s.score, s.flagged, labels)
+            # the ablations: no rarity (a model without its baseline's counts), and the line's
+            # words alone (no burst tail: no burst evidence, and no rarity either)
+            s = score(calibrate(config, outputs[case.name]), replace(outputs[case.name], counts=None), False)
+            row["logstream, no rarity"] = evaluate(s.score, s.flagged, labels)
+            s = score(replace(calibrate(config, outputs[case.name]), burst=None), outputs[case.name], False)
+            row["logstream, words alone"] = evaluate(s.score, s.flagged, labels)
         else:  # the ablation: a session scored by its worst line or end alone, no stretches
             worst = replace(calibrate(config, outputs[case.name]), stretches=[])
             s = score(worst, outputs[case.name], True)

@@ -108,7 +108,12 @@ class Detector:
         self.model_id = model_id or meta.get("model_id", "")
         self.false_alarm_rate = false_alarm_rate
         self.fixed_threshold = threshold
-        self.scorer = Scorer(Calibration.from_json(meta["calibration"]), meta.get("templates", []), rules)
+        self.scorer = Scorer(
+            Calibration.from_json(meta["calibration"]),
+            meta.get("templates", []),
+            rules,
+            meta.get("template_counts"),
+        )
         # the sources' rhythms in the training lines: a quiet watch starts from them (logstream.scoring.quiet)
         self.quiet_baseline = {
             source: BaselineRhythm.from_json(rhythm)
@@ -215,6 +220,7 @@ class Detector:
             record.stream,
             line.novel,
             line.burst,
+            line.rarity,
         )
         tokens = tuple(
             (self.tokenizer.token_text(token_ids[pos]), nll) for pos, nll in surprising_tokens(token_nll)

@@ -373,7 +373,7 @@ def _row(u: Unit) -> dict[str, Any]:
     file, `index` the 0-based item."""
     return {"line": u.line, "last_line": u.last_line or u.line, "index": u.index, "stream": u.stream, "score": round(u.score, 4),
             "threshold": round(u.threshold, 4), "anomaly": u.is_anomaly,
-            "surprisal": round(u.surprisal, 4), "burst": round(u.scored.burst, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
+            "surprisal": round(u.surprisal, 4), "burst": round(u.scored.burst, 4), "rarity": round(u.scored.rarity, 4), "level": u.level, "novel": u.novel, "chunk": u.chunk, "label": u.label, "template": u.template, "text": u.text,
             "explanation": u.explanation.to_json() if u.explanation else None}  # fmt: skip
 
 

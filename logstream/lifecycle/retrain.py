@@ -201,10 +201,12 @@ def refresh_prompt(model_dir: Path, new: list[Stream], config: TrainConfig) -> T
     normalizer = Normalizer.from_json(meta["mask_rules"])
     masked = [normalizer.mask(line) for s in streams for line in s.lines]
     baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
+    known = mine([*meta["templates"], *baseline]).templates()[:MAX_TEMPLATES]
     meta = {
         **meta,
         "pattern_prompt": pattern_prompt(mine(masked).templates(), config.prompt_templates),
-        "templates": [t.text for t in mine([*meta["templates"], *baseline]).templates()][:MAX_TEMPLATES],
+        "templates": [t.text for t in known],
+        "template_counts": [t.count for t in known],
         "parent": model_id(model_dir),
         "prompt_refreshed": True,
         "data_sha256": data_sha256(new),  # the data this version's prompt and tails come from

@@ -411,14 +411,14 @@ def train(
         sink_ids = prompt_ids(tokenizer, prompt, sink_budget(config, window))
         torch.manual_seed(config.seed)  # the initial weights too: --seed makes a run reproducible
         model = build_model(preset, tokenizer, max_positions=len(sink_ids) + window)
-        known = [t.text for t in mine(baseline).templates()]
+        known = mine(baseline).templates()
     else:
         # a copy: the earlier model keeps scoring its own chunk (prequential replay)
         model, tokenizer = copy.deepcopy(start_from.model), start_from.tokenizer
         prompt, window = start_from.meta["pattern_prompt"], start_from.meta["window"]
         preset = start_from.meta["preset"]
         sink_ids = prompt_ids(tokenizer, prompt, start_from.meta["sink_tokens"])
-        known = [t.text for t in mine([*start_from.meta["templates"], *baseline]).templates()]
+        known = mine([*start_from.meta["templates"], *baseline]).templates()
     encoded = [tokenizer.encode_lines(stream) for stream in masked_streams]
     examples = make_examples(train_streams, encoded, tokenizer.eos_id, window)
     fitted = fit(model, examples, sink_ids, config, progress)
@@ -429,7 +429,9 @@ def train(
         "data_sha256": data_sha256(streams),
         "mask_rules": normalizer.to_json(),
         "pattern_prompt": prompt,
-        "templates": known[:MAX_TEMPLATES],
+        "templates": [t.text for t in known[:MAX_TEMPLATES]],
+        # lines per template: the rarity evidence starts from them (a known one counts once)
+        "template_counts": [t.count for t in known[:MAX_TEMPLATES]],
         "train_config": asdict(config),
         "train_lines": len(masked),
         "heldout_lines": sum(len(s.lines) for s in heldout),

@@ -15,7 +15,11 @@ lines than before), which its words alone do not show. The burst evidence has it
 fitted on the held-out lines too (those past a stream's first horizon, which have a rate to
 compare with, whose template came in the window before; a held-out tail shorter than a horizon
 counts after its stream's last training lines, `train.lines_before`), and never past the
-evidence itself, a p-value at a steady rate. The two tail scores combine as independent tests
+evidence itself, a p-value at a steady rate. The words have a peer in the template's rarity
+among all the lines the model has read (`rarity`, a p-value with no tail): a storm's tenth
+line, which the model finds ordinary because its window holds the first nine, is still rare
+in the system's history. Both say how new the line is, so the stronger counts, at twice its
+p-value (`novelty`). The novelty and the burst combine as independent tests
 (Fisher's product of p-values): with s the sum of both, the line's p is 10**-s (1 + s ln 10),
 the chance that two uniform p-values multiply to that little. One strong piece of evidence
 still alerts, two moderate ones alert together, and a normal line alerts no more often than
@@ -89,25 +93,36 @@ class Calibration:
         return -math.log10(false_alarm_rate or self.config.false_alarm_rate)
 
     def line_score(
-        self, surprisal: float, level: str | None, fit: TailFit | None = None, burst: float | None = None
+        self,
+        surprisal: float,
+        level: str | None,
+        fit: TailFit | None = None,
+        burst: float | None = None,
+        rarity: float | None = None,
     ) -> float:
-        """The calibrated surprisal (`fit`: an online refit of the line tail), combined with the
-        calibrated burst evidence when the line has some and the model its tail, plus the
-        level's prior."""
-        return self.line_scores(surprisal, level, fit, burst)[0]
+        """The calibrated surprisal (`fit`: an online refit of the line tail), or the template's
+        rarity when that is stronger (`novelty`), combined with the calibrated burst evidence
+        when the line has some and the model its tail, plus the level's prior."""
+        return self.line_scores(surprisal, level, fit, burst, rarity)[0]
 
     def line_scores(
-        self, surprisal: float, level: str | None, fit: TailFit | None = None, burst: float | None = None
+        self,
+        surprisal: float,
+        level: str | None,
+        fit: TailFit | None = None,
+        burst: float | None = None,
+        rarity: float | None = None,
     ) -> tuple[float, float, float | None]:
         """(`line_score`, the words' score alone: the calibrated surprisal plus the prior, the
         calibrated burst evidence: None when the line has none or the model no burst tail)."""
         tail = fit or self.line
         words = tail.score(surprisal) if tail is not None else surprisal
+        new = novelty(words, rarity)
         prior = self.config.prior(level)
         if self.burst is None or burst is None:
-            return words + prior, words + prior, None
+            return new + prior, words + prior, None
         rate = self.burst_score(burst)
-        return fisher(words, rate) + prior, words + prior, rate
+        return fisher(new, rate) + prior, words + prior, rate
 
     def burst_score(self, evidence: float) -> float:
         """The burst tail's score, but never past the share of held-out lines with at least this
@@ -176,6 +191,16 @@ class Calibration:
 FITS = ("line", "end", "session", "burst")
 REFERENCES = ("line_reference", "end_reference", "session_reference", "burst_reference")
 COUNTS = ("heldout_lines", "heldout_sessions")
+
+
+def novelty(words: float, rarity: float | None) -> float:
+    """How new the line is: its words' score, or its template's rarity among the lines so far
+    when that is stronger (`rarity`: None without it). Both ask whether the line is new, one
+    of the model and one of the system's history, so the stronger is taken at the price of
+    asking twice (Bonferroni: -log10 of twice its p, never past p = 1)."""
+    if rarity is None:
+        return words
+    return max(max(words, rarity) - math.log10(2), 0.0)
 
 
 def fisher(a: float, b: float) -> float:

@@ -1,11 +1,13 @@
 """The scorer: one line's stages, in order, for every line the model has read.
 
 1. evidence: the line's surprisal under the model (`evidence.line_surprisal`), its
-   template (online Drain, seeded with the training templates: `novel` when it is new) and
-   how that template bursts in the line's stream (`bursts.BurstCounter`);
+   template (online Drain, seeded with the training templates: `novel` when it is new), how
+   that template bursts in the line's stream (`bursts.BurstCounter`) and how rare it is among
+   all the lines the model has read (`rarity.TemplateCounts`, seeded with the baseline's);
 2. prior: its level, from a level field or failure words (`ScoringConfig.level`);
-3. calibration: surprisal and burst -> -log10 p under their tails, combined, plus the level's
-   prior (`Calibration.line_score`); the line tail is refitted online (`ScoringConfig.refit_every`);
+3. calibration: surprisal and burst -> -log10 p under their tails, the stronger of the
+   surprisal's and the rarity's combined with the burst's, plus the level's prior
+   (`Calibration.line_score`); the line tail is refitted online (`ScoringConfig.refit_every`);
 4. operator rules: a verdict on its template (`rules.OperatorRules`). "normal": never an
    alert, and the line joins the normal sample of the online refit; "anomaly": always an
    alert, and the line stays out of it.
@@ -30,9 +32,10 @@ from logstream.scoring.bursts import BurstCounter
 from logstream.scoring.calibration import Calibration, alert_severity
 from logstream.scoring.evidence import line_surprisal
 from logstream.scoring.gpd import OnlineTail
+from logstream.scoring.rarity import TemplateCounts
 from logstream.scoring.rules import OperatorRules
 from logstream.text.explain import Explanation
-from logstream.text.patterns import seeded_miner
+from logstream.text.patterns import MAX_TEMPLATES, seeded_miner
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class ScoredLine:
     verdict: str | None = None  # an operator's verdict on its template: "normal" | "anomaly"
     kind: str = "line"  # "line" | "end" | "quiet" (a source that stopped logging; logstream.scoring.quiet)
     burst: float = 0.0  # -log10 p of its template's burst in the stream (0 without a burst tail)
+    rarity: float = 0.0  # -log10 p of its template's rarity among the lines so far (`rarity`)
     words: float | None = None  # the score without the burst evidence (None: the same as score)
     explanation: Explanation | None = None  # the surprising words (alerts only)
     top_tokens: tuple[tuple[str, float], ...] = ()  # the most surprising tokens (alerts only)
@@ -82,9 +86,16 @@ class Scorer:
     """Stages 1-4 for lines whose token surprisal the model computed; see the module doc."""
 
     def __init__(
-        self, calibration: Calibration, known_templates: Sequence[str], rules: OperatorRules | None = None
+        self,
+        calibration: Calibration,
+        known_templates: Sequence[str],
+        rules: OperatorRules | None = None,
+        template_counts: Sequence[int] | None = None,
     ) -> None:
+        """`template_counts`: the baseline's lines per known template; without them (a model
+        saved before it counted) lines have no rarity evidence."""
         self.known_templates = list(known_templates)
+        self.template_counts = list(template_counts) if template_counts is not None else None
         self.rules = rules
         self.calibration = calibration
 
@@ -101,10 +112,16 @@ class Scorer:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the templates learned since loading, and every stream's bursts."""
+        """Forget the templates learned since loading, the lines counted since, and every
+        stream's bursts."""
         self.miner = seeded_miner(self.known_templates)
         self.known = self.miner.size  # clusters 1..known are training templates
         self.bursts: dict[str, BurstCounter] = {}
+        self.counts: TemplateCounts | None = None
+        # sessions have no bursts and no rarity: a session is scored against other sessions
+        if self.template_counts is not None and self._calibration.burst is not None:
+            known = zip(self.known_templates, self.template_counts, strict=True)
+            self.counts = TemplateCounts((self.miner.add(text).cluster, n) for text, n in known)
 
     def close(self, stream: str) -> None:
         """Forget a stream's bursts (its template counts)."""
@@ -122,6 +139,14 @@ class Scorer:
         if counter is None:
             counter = self.bursts[stream] = BurstCounter(self._calibration.config.burst_window)
         return counter.observe(template_id)
+
+    def _rarity(self, cluster: int) -> float | None:
+        """The line's rarity evidence; None without the baseline's counts (nothing reads it)."""
+        if self.counts is None:
+            return None
+        if len(self.counts.counts) > 2 * MAX_TEMPLATES:  # the miner evicted as many as it holds
+            self.counts.keep_only(self.miner.cluster_ids())
+        return self.counts.observe(cluster)
 
     def score(
         self,
@@ -142,14 +167,15 @@ class Scorer:
             surprisal = line_surprisal(nll, starts, config.line_top_k)
             level = config.level(record.line)
             fit = self.online.fit if self.online is not None else None
+            rarity = self._rarity(mined.cluster)
             score, words, burst = calibration.line_scores(
-                surprisal, level, fit, self._burst(record.stream, mined.template_id)
+                surprisal, level, fit, self._burst(record.stream, mined.template_id), rarity
             )
             verdict = self.rules.verdict(text, record.stream) if self.rules is not None else None
             line = ScoredLine(
                 record, score, threshold, surprisal, level, mined.template_id, mined.template,
                 novel=mined.cluster > self.known, verdict=verdict,
-                burst=burst or 0.0, words=words,
+                burst=burst or 0.0, rarity=rarity or 0.0, words=words,
             )  # fmt: skip
             if self.online is not None and verdict != "anomaly":
                 # the tail is of surprisal: a line beyond it by its surprisal alone stays out

@@ -38,7 +38,7 @@ from logstream.text.normalize import MaskRule, clean_line, compile_rules
 MAX_WORDS = 3  # words named in an explanation
 MIN_WORD_NATS = 1.0  # a word below this (p > 1/e) is not surprising enough to name
 RELATIVE_CUT = 0.3  # ... nor one below this share of the most surprising word
-BURST_SHOWN = 2.0  # a burst is named when normal lines reach its rate less than once in 100
+BURST_SHOWN = 2.0  # a burst (or a rare template) is named when normal lines reach it less than once in 100
 
 _WORD = re.compile(r"<[A-Z][A-Z0-9_]*>|\w+(?:[.-]\w+)*")
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
@@ -86,6 +86,7 @@ class Explanation:
     segments: tuple[tuple[str, bool], ...]  # the masked line, surprising words in original text (True)
     novel: bool = False  # the line's template is new to the model
     burst: float = 0.0  # -log10 p of its template's burst in the stream (`scoring.bursts`)
+    rarity: float = 0.0  # -log10 p of its template's rarity among the lines so far (`scoring.rarity`)
 
     @property
     def template(self) -> str:
@@ -119,13 +120,18 @@ class Explanation:
             parts.append(
                 f"its template comes in a burst (a rate normal lines reach once in {odds(self.burst * math.log(10))})"
             )
+        if self.rarity >= BURST_SHOWN and not self.novel:
+            parts.append(
+                f"its template is rare: lines at most as rare are 1 in {odds(self.rarity * math.log(10))} so far"
+            )
         if not parts:
             return "no single word stands out: the line's shape (punctuation, its end) is unusual"
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, object]:
         return {"template": self.marked, "words": [w.to_json() for w in self.words],
-                "novel": self.novel, "burst": round(self.burst, 2), "summary": self.summary}  # fmt: skip
+                "novel": self.novel, "burst": round(self.burst, 2), "rarity": round(self.rarity, 2),
+                "summary": self.summary}  # fmt: skip
 
 
 _compiled = functools.lru_cache(maxsize=8)(compile_rules)  # explanations get a model's rules again and again
@@ -176,6 +182,7 @@ def explain_line(
     stream: str = "",
     novel: bool = False,
     burst: float = 0.0,
+    rarity: float = 0.0,
 ) -> Explanation:
     """Explain one scored line.
 
@@ -214,6 +221,7 @@ def explain_line(
         segments=_segments(masked, [(words[k].span(), w.text) for k, w in chosen]),
         novel=novel,
         burst=burst,
+        rarity=rarity,
     )
 
 

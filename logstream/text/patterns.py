@@ -146,6 +146,10 @@ class PatternMiner:
     def size(self) -> int:
         return len(self._miner.drain.clusters)
 
+    def cluster_ids(self) -> set[int]:
+        """The clusters the miner holds (it evicts the least recently seen past max_templates)."""
+        return {c.cluster_id for c in self._miner.drain.clusters}
+
     def templates(self) -> list[Template]:
         """All templates, most frequent first."""
         clusters = sorted(self._miner.drain.clusters, key=lambda c: (-c.size, c.cluster_id))

@@ -38,7 +38,7 @@ def test_a_session_marked_normal_line_by_line_still_alerts_on_its_end(tmp_path: 
         session = quality.StreamOutput(
             "blk_1", [TEMPLATE] * 2, [TEMPLATE] * 2, [np.full(4, 0.2, dtype=np.float32)] * 2, [None] * 2, end
         )
-        outputs = quality.Outputs([], [session], [TEMPLATE], [])
+        outputs = quality.Outputs([], [session], [TEMPLATE], [1], [])
         return bool(quality.score(calibration, outputs, True, rules).flagged[0])
 
     assert calibration.end_score(9.0) > calibration.threshold() + 2

@@ -66,6 +66,10 @@ def test_the_new_version_has_the_new_prompt_and_the_same_weights(
     assert all(weights[0][k].equal(weights[1][k]) for k in weights[0])
     assert meta["calibration"] != parent["calibration"]  # tails fitted again: the sinks changed
     assert meta["calibration"]["config"] == parent["calibration"]["config"]  # its scoring kept
+    # the rarity starts from the new lines' counts; each template the parent knew counts once more
+    assert len(meta["template_counts"]) == len(meta["templates"])
+    lines = len(worker_lines(after_format_change(generate_lines(2400, seed=31)).lines))
+    assert sum(meta["template_counts"]) == lines + len(parent["templates"])
 
 
 def test_the_new_version_scores_with_its_own_sinks(

@@ -80,6 +80,9 @@ def test_training_stops_when_the_validation_loss_stops_improving() -> None:
     assert meta["train_steps"] < config.max_steps
     assert meta["train_best_step"] <= meta["train_steps"] - config.patience * config.eval_every
     assert meta["validation_loss"] is not None and meta["validation_loss"] < meta["final_loss"] + 1.0
+    # every baseline line, held out or not, counted under its template (the rarity's start)
+    assert len(meta["template_counts"]) == len(meta["templates"])
+    assert sum(meta["template_counts"]) == meta["train_lines"] + meta["heldout_lines"] == 400
 
 
 def test_validation_windows_are_never_trained_on() -> None:

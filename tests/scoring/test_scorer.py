@@ -6,6 +6,8 @@ is checked on its own; tests/evaluation/test_detection.py runs them behind a tra
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +173,29 @@ def test_a_burst_is_counted_in_its_own_stream() -> None:
     assert not any(line.is_anomaly for line in spread)
     scorer.close("a")
     assert lines("a", [storm])[0].burst == 0.0  # no horizon written yet: no rate to compare with
+
+
+def test_a_template_rare_in_the_system_history_scores_its_rarity() -> None:
+    """With the baseline's lines per template (a model trained now saves them), a line of a
+    template new to the model, or rare in the baseline, scores its rarity where that is
+    stronger than its words, at twice its p-value (it is the second look at how new the line
+    is); a common one scores its words at that price. A model saved without the counts, and a
+    session model (no burst tail), score the words alone, as before."""
+    rng = np.random.default_rng(7)
+    held = [HeldOut(rng.exponential(0.5, 2000).tolist(), rng.integers(0, 12, 2000).tolist(), [None] * 2000)]
+    calibration = fit_heldout(ScoringConfig(burst_window=8), held)
+    assert calibration.burst is not None
+    rare, new = "<TS> <HOST> kernel: link down on eth0 after reset", "<TS> <HOST> sshd: accepted key for <*>"
+    known, counts = [ROUTINE, rare], [990, 10]
+    masked = [ROUTINE, rare, new]
+    counted = score_lines(Scorer(calibration, known, None, counts), masked, [1.0] * 3, 3.0)
+    plain = score_lines(Scorer(calibration, known), masked, [1.0] * 3, 3.0)
+    rarity = [-math.log10(1001 / 1001), -math.log10(11 / 1002), -math.log10(1 / 1003)]
+    assert [x.rarity for x in counted] == pytest.approx(rarity)
+    for with_counts, words, r in zip(counted, plain, rarity, strict=True):
+        assert with_counts.score == pytest.approx(max(max(words.score, r) - math.log10(2), 0.0))
+    assert counted[2].score > counted[1].score > plain[1].score > counted[0].score
+    assert [x.rarity for x in plain] == [0.0] * 3
+    sessions = replace(calibration, burst=None)
+    session_lines = score_lines(Scorer(sessions, known, None, counts), masked, [1.0] * 3, 3.0)
+    assert [x.rarity for x in session_lines] == [0.0] * 3

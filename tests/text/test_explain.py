@@ -161,3 +161,14 @@ def test_a_burst_is_named_in_the_summary_by_its_rarity(burst: float, said: str |
     more common than BURST_SHOWN is not named."""
     summary = Explanation("x", (), (("x", False),), burst=burst).summary
     assert (said in summary) if said else "burst" not in summary
+
+
+@pytest.mark.parametrize(
+    ("rarity", "novel", "said"), [(2.5, False, "1 in 316 so far"), (1.0, False, None), (4.0, True, None)]
+)
+def test_a_rare_template_is_named_unless_it_is_new(rarity: float, novel: bool, said: str | None) -> None:
+    """A template rare among the lines so far is named with its odds; a template new to the
+    model is named as new (its rarity says no more), and a common one not at all."""
+    explanation = Explanation("x", (), (("x", False),), novel=novel, rarity=rarity)
+    assert (said in explanation.summary) if said else "rare" not in explanation.summary
+    assert explanation.to_json()["rarity"] == rarity
