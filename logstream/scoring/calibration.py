@@ -93,17 +93,12 @@ class Calibration:
         return -math.log10(false_alarm_rate or self.config.false_alarm_rate)
 
     def line_score(
-        self,
-        surprisal: float,
-        level: str | None,
-        fit: TailFit | None = None,
-        burst: float | None = None,
-        rarity: float | None = None,
+        self, surprisal: float, level: str | None, fit: TailFit | None = None, burst: float | None = None
     ) -> float:
-        """The calibrated surprisal (`fit`: an online refit of the line tail), or the template's
-        rarity when that is stronger (`novelty`), combined with the calibrated burst evidence
-        when the line has some and the model its tail, plus the level's prior."""
-        return self.line_scores(surprisal, level, fit, burst, rarity)[0]
+        """The calibrated surprisal (`fit`: an online refit of the line tail), combined with the
+        calibrated burst evidence when the line has some and the model its tail, plus the
+        level's prior (a line with a rarity too: `line_scores`)."""
+        return self.line_scores(surprisal, level, fit, burst)[0]
 
     def line_scores(
         self,
@@ -114,7 +109,8 @@ class Calibration:
         rarity: float | None = None,
     ) -> tuple[float, float, float | None]:
         """(`line_score`, the words' score alone: the calibrated surprisal plus the prior, the
-        calibrated burst evidence: None when the line has none or the model no burst tail)."""
+        calibrated burst evidence: None when the line has none or the model no burst tail).
+        With its template's `rarity`, the stronger of it and the words counts (`novelty`)."""
         tail = fit or self.line
         words = tail.score(surprisal) if tail is not None else surprisal
         new = novelty(words, rarity)
