@@ -210,8 +210,9 @@ def model_for(case: Case, out: Path) -> tuple[Detector, Path]:
     if meta.exists():
         saved = json.loads(meta.read_text())
         budget = saved["train_config"]["max_steps"]
-        if budget != config.max_steps and saved["train_steps"] >= min(budget, config.max_steps):
-            shutil.rmtree(model_dir)  # it ran into another budget
+        other_budget = budget != config.max_steps and saved["train_steps"] >= min(budget, config.max_steps)
+        if other_budget or "template_counts" not in saved:  # or it was saved before models counted
+            shutil.rmtree(model_dir)
     if not meta.exists():
         started = time.time()
         save(train(case.baseline, config), model_dir)
