@@ -118,7 +118,8 @@ class Scorer:
         self.known = self.miner.size  # clusters 1..known are training templates
         self.bursts: dict[str, BurstCounter] = {}
         self.counts: TemplateCounts | None = None
-        # sessions have no bursts and no rarity: a session is scored against other sessions
+        # a model without a burst tail scores its words alone, with no rarity either: sessions
+        # (a session is scored against other sessions) and baselines too small for the tail
         if self.template_counts is not None and self._calibration.burst is not None:
             known = zip(self.known_templates, self.template_counts, strict=True)
             self.counts = TemplateCounts((self.miner.add(text).cluster, n) for text, n in known)
