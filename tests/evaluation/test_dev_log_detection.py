@@ -85,16 +85,18 @@ def test_no_score_is_shared_by_several_templates(dev: tuple) -> None:
 def test_a_storm_of_ordinary_lines_alerts_by_its_burst(dev: tuple) -> None:
     """A storm of accepted connections has no failure word and each of its lines is ordinary
     to the model once it has read a few; its rate is what is unusual. With the burst evidence
-    the first storm alerts once a few copies have come, as warnings; by its words alone (the
-    model's burst tail taken out) none of the storms' lines does. (The second storm comes
-    within 128 lines of the first, so its rate is compared with the first's.)"""
+    the first storm alerts once a few copies have come, as warnings, for more than a quarter
+    of its lines (its template is common in the baseline, so its rarity adds nothing and its
+    words pay the factor 2 of that second look); by its words alone (the model's burst tail
+    taken out) none of the storms' lines does. (The second storm comes within 128 lines of
+    the first, so its rate is compared with the first's.)"""
     detector, lines, kinds = dev
     storm = [i for i, kind in enumerate(kinds) if kind == "connection_storm"]
     first = [i for i in storm if i < storm[0] + 30]
     assert detector.calibration.burst is not None
     with_bursts = scored(detector, lines)
     alerting = [i for i in first if with_bursts[i].is_anomaly]
-    assert len(alerting) > len(first) / 3 and alerting[0] > first[0]  # not the first line: a burst
+    assert len(alerting) > len(first) / 4 and alerting[0] > first[0]  # not the first line: a burst
     assert all(with_bursts[i].severity == "warning" for i in alerting)
     calibration = detector.calibration
     try:
