@@ -670,9 +670,10 @@ def main() -> None:
             row["stopped source"] = stopped_source(case)
             # the ablations: no rarity (a model without its baseline's counts), and the line's
             # words alone (no burst tail: no burst evidence, and no rarity either)
-            s = score(calibrate(config, outputs[case.name]), replace(outputs[case.name], counts=None), False)
+            calibration = calibrate(config, outputs[case.name])
+            s = score(calibration, replace(outputs[case.name], counts=None), False)
             row["logstream, no rarity"] = evaluate(s.score, s.flagged, labels)
-            s = score(replace(calibrate(config, outputs[case.name]), burst=None), outputs[case.name], False)
+            s = score(replace(calibration, burst=None), outputs[case.name], False)
             row["logstream, words alone"] = evaluate(s.score, s.flagged, labels)
         else:  # the ablation: a session scored by its worst line or end alone, no stretches
             worst = replace(calibrate(config, outputs[case.name]), stretches=[])
