@@ -611,6 +611,15 @@ def markdown(results: dict, overall: dict, verdicts: list[int]) -> str:
             for ablated in [[r for r in labelled.values() if key in r]]
             if ablated and "Thunderbird (clean)" in results
         ),
+        *(
+            f"{name}, where every alert is a false alarm, false alarms per 1,000 lines: logstream "
+            f"{r['logstream, 0 verdicts']['fa_per_1000']:.1f} ("
+            f"{r['logstream, 0 verdicts'].get('critical_fa_per_1000', 0.0):.1f} critical); "
+            + "; ".join(f"{p} {r[p]['fa_per_1000']:.1f}" for p in peer_names if p in r)
+            + "."
+            for name, r in results.items()
+            if name not in labelled
+        ),
         "",
         "Chosen on every log: " + ", ".join(f"`{k}` = {v}" for k, v in overall.items()) + ".",
     ]
