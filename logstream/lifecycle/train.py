@@ -396,8 +396,8 @@ def train(
     normalizer = Normalizer() if start_from is None else Normalizer.from_json(start_from.meta["mask_rules"])
     masked_streams = mask_streams(train_streams, normalizer)
     masked = [line for stream in masked_streams for line in stream]
-    # the templates the model knows: those of the whole baseline, held-out lines too, so
-    # that calibration can measure each one's usual surprise (template centering)
+    # the templates the model knows: those of the whole baseline, held-out lines too (a
+    # held-out line is not new to the system, and its lines count for the rarity)
     baseline = [*masked, *(normalizer.mask(line) for s in heldout for line in s.lines)]
     if start_from is None:
         preset = choose_preset(config.preset, total)
