@@ -123,7 +123,7 @@ def incidents_of(
     model, tokenizer, meta = load_model_dir(model_dir)
     detector = Detector(model, tokenizer, meta, device="cpu")
     masked = [detector.normalizer.mask(line) for line in lines]
-    miner = seeded_miner(meta.get("templates", []))
+    miner, _ = seeded_miner(meta.get("templates", []))
     templates = [miner.add(m).template for m in masked]
     _, embedded = detector.engine.score_embedded({"default": tokenizer.encode_lines(masked)})
     context = embedded["default"]  # [lines, C]: each line in the stream's context

@@ -114,15 +114,14 @@ class Scorer:
     def reset(self) -> None:
         """Forget the templates learned since loading, the lines counted since, and every
         stream's bursts."""
-        self.miner = seeded_miner(self.known_templates)
+        self.miner, clusters = seeded_miner(self.known_templates)
         self.known = self.miner.size  # clusters 1..known are training templates
         self.bursts: dict[str, BurstCounter] = {}
         self.counts: TemplateCounts | None = None
         # a model without a burst tail scores its words alone, with no rarity either: sessions
         # (a session is scored against other sessions) and baselines too small for the tail
         if self.template_counts is not None and self._calibration.burst is not None:
-            known = zip(self.known_templates, self.template_counts, strict=True)
-            self.counts = TemplateCounts((self.miner.add(text).cluster, n) for text, n in known)
+            self.counts = TemplateCounts(zip(clusters, self.template_counts, strict=True))
 
     def close(self, stream: str) -> None:
         """Forget a stream's bursts (its template counts)."""

@@ -156,14 +156,13 @@ class PatternMiner:
         return [Template(template_id(c.get_template()), c.get_template(), int(c.size)) for c in clusters]
 
 
-def seeded_miner(templates: Iterable[str]) -> PatternMiner:
+def seeded_miner(templates: Iterable[str]) -> tuple[PatternMiner, list[int]]:
     """A miner that already knows `templates` (the model's training templates), so only
-    templates the model has never seen count as new. Seeding is deterministic: the known
-    templates are clusters 1..size in every process, whatever their text becomes later."""
+    templates the model has never seen count as new; and the cluster each template seeded.
+    Seeding is deterministic: the known templates are clusters 1..size in every process,
+    whatever their text becomes later."""
     miner = PatternMiner()
-    for text in templates:
-        miner.add(text)
-    return miner
+    return miner, [miner.add(text).cluster for text in templates]
 
 
 def mine(masked_lines: Iterable[str], similarity: float = 0.5) -> PatternMiner:

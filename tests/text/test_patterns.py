@@ -101,7 +101,7 @@ def test_novelty_is_relative_to_the_training_templates() -> None:
     """A miner seeded with the model's templates calls a training template known and a new one new."""
     from logstream.text.patterns import seeded_miner
 
-    miner = seeded_miner(["worker job <NUM> finished", "web GET /api status 200"])
+    miner, _ = seeded_miner(["worker job <NUM> finished", "web GET /api status 200"])
     assert not miner.add("worker job <NUM> finished").new
     assert miner.add("kernel: Out of memory: Kill process <NUM>").new
 
