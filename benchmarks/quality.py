@@ -614,7 +614,7 @@ def markdown(results: dict, overall: dict, verdicts: list[int]) -> str:
         *(
             f"{name}, where every alert is a false alarm, false alarms per 1,000 lines: logstream "
             f"{r['logstream, 0 verdicts']['fa_per_1000']:.1f} ("
-            f"{r['logstream, 0 verdicts'].get('critical_fa_per_1000', 0.0):.1f} critical); "
+            f"{r['logstream, 0 verdicts']['critical_fa_per_1000']:.1f} critical); "
             + "; ".join(f"{p} {r[p]['fa_per_1000']:.1f}" for p in peer_names if p in r)
             + "."
             for name, r in results.items()
@@ -675,17 +675,17 @@ def main() -> None:
         )
         for k, s in after.items():
             row[f"logstream, {k} verdicts"] = evaluate(s.rank, s.flagged, labels, s.critical)
+        calibration = calibrate(config, outputs[case.name])  # the ablations' calibration
         if not case.sessions:
             row["stopped source"] = stopped_source(case)
             # the ablations: no rarity (a model without its baseline's counts), and the line's
             # words alone (no burst tail: no burst evidence, and no rarity either)
-            calibration = calibrate(config, outputs[case.name])
             s = score(calibration, replace(outputs[case.name], counts=None), False)
             row["logstream, no rarity"] = evaluate(s.score, s.flagged, labels)
             s = score(replace(calibration, burst=None), outputs[case.name], False)
             row["logstream, words alone"] = evaluate(s.score, s.flagged, labels)
         else:  # the ablation: a session scored by its worst line or end alone, no stretches
-            worst = replace(calibrate(config, outputs[case.name]), stretches=[])
+            worst = replace(calibration, stretches=[])
             s = score(worst, outputs[case.name], True)
             row["logstream, worst line only"] = evaluate(s.score, s.flagged, labels)
         baseline = [s.lines for s in case.baseline]
